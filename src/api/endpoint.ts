@@ -1,0 +1,71 @@
+import { type Static, type TObject, type TSchema } from '@sinclair/typebox';
+import type { FastifyBaseLogger as Logger } from 'fastify';
+import type { UserRec } from '../store/types.js';
+import type { Services } from '../services/index.js';
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+
+/** Which object an entry targets, after validation (names lower-cased). */
+export type Target = { uuid: string; name?: undefined } | { name: string; uuid?: undefined };
+
+export interface Ctx {
+  user: UserRec;
+  services: Services;
+  log: Logger;
+  /** the request's abort signal: set when the client went away */
+  signal: AbortSignal;
+  /** runs `fn` per entry, turning thrown errors into error entries */
+  each(entries: Entry<unknown>[], fn: (e: Entry<unknown>) => Promise<Result>, concurrent?: boolean): Promise<Result[]>;
+  /** the error entry for a failed target */
+  entryError(e: Entry<unknown>, x: unknown): Result;
+  /** expands `ids: [{uuid|name}]` parameters into one entry per target */
+  expandIds(entries: Entry<Record<string, unknown>>[]): Entry<Record<string, unknown>>[];
+}
+
+export interface Entry<P> {
+  /** present when the endpoint targets objects */
+  target: Target | undefined;
+  params: P;
+  /** true when the path named the object (local scope) */
+  local: boolean;
+  /** the UUID in the path, in local scope */
+  pathUuid?: string;
+}
+
+/** A per-entry result; `status: success` is added by the framework. */
+export type Result = Record<string, unknown>;
+
+/**
+ * One API endpoint. Routes only parse and delegate: the framework validates
+ * the body (single object or batch array) and query against `params`, resolves
+ * the scope, and calls `handle` once per entry, or `handleAll` once.
+ */
+export interface EndpointDef<P extends TObject = TObject> {
+  method: Method;
+  /** global-scope path, e.g. `/v1/instances/start` */
+  path: string;
+  /** local-scope path, e.g. `/v1/instances/:uuid/start`, when the endpoint has one */
+  localPath?: string;
+  /** name of the result array in `data` */
+  plural: string;
+  summary: string;
+  /** `required`: each entry names one object by uuid or name; `none`: no target */
+  target: 'required' | 'none';
+  /** per-entry parameters other than the target */
+  params: P;
+  /** parameters only accepted in the query string (besides `uuid`/`name` lists) */
+  query?: TObject;
+  /** whether the body may be an array of entries */
+  batch: boolean;
+  /** run entries concurrently (wait) instead of one after another */
+  concurrent?: boolean;
+  handle?: (ctx: Ctx, entry: Entry<Static<P>>, query: Record<string, unknown>) => Promise<Result>;
+  /** handles all entries at once and returns the `data` array (lists, wait) */
+  handleAll?: (ctx: Ctx, entries: Entry<Static<P>>[], query: Record<string, unknown>) => Promise<Result[]>;
+  /** response entry schema, for the OpenAPI document */
+  response: TSchema;
+}
+
+export function endpoint<P extends TObject>(def: EndpointDef<P>): EndpointDef<P> {
+  return def;
+}

@@ -1,0 +1,227 @@
+import { Type } from '@sinclair/typebox';
+import { endpoint } from '../endpoint.js';
+import { Bool, Int, Name, Opt, Ref, Str, TimeoutMs, Uuid } from '../schemas/common.js';
+import { GroupServiceEntry, DomainIn } from './services.js';
+import type { CreateParams } from '../../services/instances-create.js';
+import type { InstanceState } from '../../store/types.js';
+
+const P = 'instances';
+export const InstanceStateSchema = Type.Union(
+  ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby'].map((s) => Type.Literal(s)),
+  { errorMessage: 'expected one of stopped, starting, running, draining, stopping, standby' },
+);
+
+const VolumeSpec = Type.Object(
+  {
+    uuid: Opt(Uuid('Existing volume in state available.')),
+    name: Opt(Name('Existing volume in state available.')),
+    size_mb: Opt(Int('Size of a new volume created with the instance.', { minimum: 1 })),
+    at: Str('Mount path in the guest (absolute).'),
+    readonly: Opt(Bool('Mount read-only. Default false.')),
+  },
+  { additionalProperties: false },
+);
+
+const CreateBody = Type.Object(
+  {
+    name: Opt(Name()),
+    image: Str('Image reference (tag or digest).', { minLength: 1, maxLength: 512 }),
+    args: Opt(
+      Type.Union([Type.String(), Type.Array(Type.String())], {
+        errorMessage: 'expected a string or an array of strings',
+        description: 'Application arguments (a string is split like a shell does).',
+      }),
+    ),
+    env: Opt(Type.Record(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$' }), Type.String(), { description: 'Environment variables.', errorMessage: 'expected an object of string values with names of letters, digits and underscores' })),
+    memory_mb: Opt(Int('Memory in MB. Default 128.', { minimum: 1 })),
+    service_group: Opt(
+      Type.Object(
+        {
+          uuid: Opt(Uuid()),
+          name: Opt(Name()),
+          services: Opt(Type.Array(GroupServiceEntry)),
+          domains: Opt(Type.Array(DomainIn)),
+        },
+        { additionalProperties: false, description: 'Existing group (uuid or name) or a new group description.' },
+      ),
+    ),
+    volumes: Opt(Type.Array(VolumeSpec, { description: 'At most one volume.' })),
+    autostart: Opt(Bool('Start right after creation. Default false.')),
+    replicas: Opt(Int('Additional instances with the same properties. Default 0.', { minimum: 0, maximum: 64 })),
+    wait_timeout_ms: Opt(TimeoutMs('With autostart: wait for running. 0 no wait, -1 the longest.')),
+    features: Opt(Type.Array(Type.String(), { description: 'scale-to-zero, delete-on-stop' })),
+    restart_policy: Opt(Str('never, always or on-failure. Default never.')),
+  },
+  { additionalProperties: false },
+);
+
+const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
+
+export const instanceEndpoints = [
+  endpoint({
+    method: 'POST',
+    path: '/v1/instances',
+    plural: P,
+    summary: 'Create instances.',
+    target: 'none',
+    batch: true,
+    params: CreateBody,
+    handleAll: async (ctx, entries) => {
+      const out: Record<string, unknown>[] = [];
+      for (const e of entries) {
+        try {
+          for (const r of await ctx.services.instances.create(ctx.user, e.params as CreateParams, ctx.signal)) {
+            out.push({ status: 'success', ...r });
+          }
+        } catch (x) {
+          out.push(ctx.entryError(e, x));
+        }
+      }
+      return out;
+    },
+    response: Summary,
+  }),
+  endpoint({
+    method: 'GET',
+    path: '/v1/instances',
+    localPath: '/v1/instances/:uuid',
+    plural: P,
+    summary: 'Instance status. Without a target (compat), lists like /v1/instances/list.',
+    target: 'required',
+    batch: true,
+    params: Type.Object({}),
+    query: Type.Object(
+      {
+        details: Opt(Bool('Accepted for client compatibility; full details are always returned.')),
+        count: Opt(Int('List mode: page size.', { minimum: 1 })),
+        from: Opt(Uuid('List mode: continue after this instance.')),
+      },
+      { additionalProperties: false },
+    ),
+    handleAll: async (ctx, entries, q) => {
+      if (entries.length === 1 && !entries[0]!.target) {
+        const all = await ctx.services.instances.list(ctx.user);
+        const start = q.from ? all.findIndex((i) => i.uuid === q.from) + 1 : 0;
+        return all.slice(start, q.count ? start + (q.count as number) : undefined);
+      }
+      return ctx.each(entries, (e) => ctx.services.instances.get(ctx.user, e.target!));
+    },
+    response: Summary,
+  }),
+  endpoint({
+    method: 'DELETE',
+    path: '/v1/instances',
+    localPath: '/v1/instances/:uuid',
+    plural: P,
+    summary: 'Delete instances (a running one is stopped at once).',
+    target: 'required',
+    batch: true,
+    params: Type.Object({}),
+    handle: async (ctx, e) => ctx.services.instances.delete(ctx.user, e.target!),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'GET',
+    path: '/v1/instances/list',
+    plural: P,
+    summary: 'List instances.',
+    target: 'none',
+    batch: false,
+    params: Type.Object({ state: Opt(InstanceStateSchema) }, { additionalProperties: false }),
+    handleAll: async (ctx, entries) =>
+      ctx.services.instances.list(ctx.user, entries[0]!.params.state as InstanceState | undefined),
+    response: Type.Object({ uuid: Uuid(), name: Str() }),
+  }),
+  endpoint({
+    method: 'PUT',
+    path: '/v1/instances/start',
+    localPath: '/v1/instances/:uuid/start',
+    plural: P,
+    summary: 'Start instances.',
+    target: 'required',
+    batch: true,
+    params: Type.Object(
+      {
+        wait_timeout_ms: Opt(TimeoutMs('Wait for running. 0 no wait (default), -1 the longest.')),
+        timeout_s: Opt(Int('Alias of wait_timeout_ms in seconds (newer clients).', { minimum: -1 })),
+      },
+      { additionalProperties: false },
+    ),
+    concurrent: true,
+    handle: async (ctx, e) =>
+      ctx.services.instances.start(ctx.user, e.target!, msOf(e.params.wait_timeout_ms, e.params.timeout_s), ctx.signal),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'PUT',
+    path: '/v1/instances/stop',
+    localPath: '/v1/instances/:uuid/stop',
+    plural: P,
+    summary: 'Stop instances (does not block).',
+    target: 'required',
+    batch: true,
+    params: Type.Object(
+      {
+        force: Opt(Bool('Kill at once, no clean shutdown.')),
+        drain_timeout_ms: Opt(TimeoutMs('Drain connections for at most this long. -1 the longest.')),
+      },
+      { additionalProperties: false },
+    ),
+    handle: async (ctx, e) => ctx.services.instances.stop(ctx.user, e.target!, e.params),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'GET',
+    path: '/v1/instances/wait',
+    localPath: '/v1/instances/:uuid/wait',
+    plural: P,
+    summary: 'Wait until instances reach a state.',
+    target: 'required',
+    batch: true,
+    params: Type.Object(
+      {
+        ids: Opt(Type.Array(Ref('instance'), { description: 'Targets (instead of uuid/name).' })),
+        state: Opt(InstanceStateSchema),
+        timeout_ms: Opt(TimeoutMs('Largest wait; -1 (default) the longest possible.')),
+        timeout_s: Opt(Int('Alias of timeout_ms in seconds (newer clients).', { minimum: -1 })),
+      },
+      { additionalProperties: false },
+    ),
+    handleAll: async (ctx, entries) => {
+      const expanded = ctx.expandIds(entries);
+      const first = entries[0]!.params;
+      const timeout = ctx.services.instances.timeout(msOf(first.timeout_ms, first.timeout_s), -1);
+      const state = (first.state ?? 'running') as InstanceState;
+      return ctx.each(expanded, (e) => ctx.services.instances.wait(ctx.user, e.target!, state, timeout, ctx.signal), true);
+    },
+    response: Summary,
+  }),
+  endpoint({
+    method: 'GET',
+    path: '/v1/instances/log',
+    localPath: '/v1/instances/:uuid/log',
+    plural: P,
+    summary: 'Read the console log.',
+    target: 'required',
+    batch: true,
+    params: Type.Object(
+      {
+        offset: Opt(Int('Byte offset; negative counts from the end. Default -4096.')),
+        limit: Opt(Int('Most bytes to return. Default 4096.', { minimum: 0 })),
+      },
+      { additionalProperties: false },
+    ),
+    handle: async (ctx, e) =>
+      ctx.services.instances.log(ctx.user, e.target!, e.params.offset ?? -4096, e.params.limit ?? 4096),
+    response: Summary,
+  }),
+];
+
+/** `_ms` wins over the `timeout_s` alias; undefined when neither is given. */
+export function msOf(ms: number | undefined, s: number | undefined): number | undefined {
+  if (ms !== undefined) return ms;
+  if (s !== undefined) return s < 0 ? -1 : s * 1000;
+  return undefined;
+}
+
+export { Name };

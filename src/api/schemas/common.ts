@@ -1,0 +1,27 @@
+import { Type, type TSchema } from '@sinclair/typebox';
+
+/** Marks a string schema as an object name: checked with checkName and lower-cased. */
+export const NAME_FORMAT = 'uh-name';
+export const POLICY_NAME_FORMAT = 'uh-policy-name';
+
+export const Name = (description = 'Object name (RFC 1035 labels, at most 121 characters).') =>
+  Type.String({ format: NAME_FORMAT, description });
+export const PolicyName = () =>
+  Type.String({ format: POLICY_NAME_FORMAT, description: 'Policy name (Name rules, at most 31 characters).' });
+export const Uuid = (description = 'Object UUID.') => Type.String({ format: 'uuid', description });
+export const Int = (description?: string, extra: object = {}) =>
+  Type.Integer({ ...(description ? { description } : {}), ...extra });
+export const Bool = (description?: string) => Type.Boolean(description ? { description } : {});
+export const Str = (description?: string, extra: object = {}) =>
+  Type.String({ ...(description ? { description } : {}), ...extra });
+export const Opt = <T extends TSchema>(s: T) => Type.Optional(s);
+
+/** `{uuid}` or `{name}`: a reference to another object (exactly one is checked by the service). */
+export const Ref = (what: string) =>
+  Type.Object(
+    { uuid: Opt(Uuid(`UUID of the ${what}.`)), name: Opt(Name(`Name of the ${what}.`)) },
+    { additionalProperties: false, description: `Reference to a ${what} by uuid or name.` },
+  );
+
+/** Timeout in milliseconds; -1 selects the largest possible value. */
+export const TimeoutMs = (description: string) => Type.Integer({ minimum: -1, description });

@@ -1,0 +1,196 @@
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger as Logger } from 'fastify';
+import { isUnihostError, err, type UnihostError } from '../errors.js';
+import type { Services } from '../services/index.js';
+import type { UserRec } from '../store/types.js';
+import type { Ctx, EndpointDef, Entry, Result } from './endpoint.js';
+import { compile, parseRequest, type Compiled } from './request.js';
+import { ENDPOINTS } from './routes/index.js';
+import { buildOpenApi } from './openapi.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    t0: bigint;
+    user: UserRec | undefined;
+  }
+}
+
+export interface ApiOptions {
+  services: Services;
+  logger: Logger;
+  /** largest accepted request body in bytes */
+  bodyLimit?: number;
+}
+
+const opTime = (req: FastifyRequest): number => Number((process.hrtime.bigint() - req.t0) / 1000n);
+
+function sendError(req: FastifyRequest, reply: FastifyReply, e: UnihostError): FastifyReply {
+  return reply.code(e.http).send({
+    status: 'error',
+    message: e.message,
+    errors: [{ status: e.http, message: e.message, error: e.api }],
+    op_time_us: opTime(req),
+  });
+}
+
+/** Builds the envelope for per-entry results (api-v1.md, Errors). */
+function envelope(plural: string, results: Result[], t0: bigint): Record<string, unknown> {
+  let failed = 0;
+  for (const r of results) if (r.status === 'error') failed++;
+  const status = failed === 0 ? 'success' : failed === results.length ? 'error' : 'partial_success';
+  const out: Record<string, unknown> = { status };
+  if (failed > 0) {
+    out.message =
+      failed === results.length
+        ? results.length === 1
+          ? String(results[0]!.message)
+          : `all ${failed} operations failed`
+        : `${failed} of ${results.length} operations failed`;
+  }
+  out.data = { [plural]: results };
+  out.op_time_us = Number((process.hrtime.bigint() - t0) / 1000n);
+  return out;
+}
+
+function entryError(entry: Entry<unknown>, e: unknown, log: Logger): Result {
+  const ue = isUnihostError(e) ? e : null;
+  if (!ue) log.error({ err: e }, 'unexpected error in entry handler');
+  const out: Result = { status: 'error' };
+  if (entry.target?.uuid !== undefined) out.uuid = entry.target.uuid;
+  if (entry.target?.name !== undefined) out.name = entry.target.name;
+  out.message = ue ? ue.message : 'internal error';
+  out.error = ue ? ue.api : 0;
+  return out;
+}
+
+async function each<E extends Entry<unknown>>(
+  log: Logger,
+  entries: E[],
+  fn: (e: E) => Promise<Result>,
+  concurrent = false,
+): Promise<Result[]> {
+  const one = async (e: E): Promise<Result> => {
+    try {
+      return { status: 'success', ...(await fn(e)) };
+    } catch (x) {
+      return entryError(e, x, log);
+    }
+  };
+  if (concurrent) return Promise.all(entries.map(one));
+  const out: Result[] = [];
+  for (const e of entries) out.push(await one(e));
+  return out;
+}
+
+function expandIds(entries: Entry<Record<string, unknown>>[]): Entry<Record<string, unknown>>[] {
+  return entries.flatMap((e, i) => {
+    const ids = e.params.ids as { uuid?: string; name?: string }[] | undefined;
+    if (ids === undefined) {
+      if (!e.target) throw err('UH_MISSING_ID', `entry ${i}: 'uuid', 'name' or 'ids' is required`);
+      return [e];
+    }
+    if (e.target) throw err('UH_NOT_BOTH', `entry ${i}: give either 'ids' or a single target, not both`);
+    if (ids.length === 0) throw err('UH_INVALID', `entry ${i}: 'ids' is empty`);
+    return ids.map((t, k) => {
+      if (t.uuid !== undefined && t.name !== undefined) throw err('UH_NOT_BOTH', `ids[${k}]: give either 'uuid' or 'name', not both`);
+      if (t.uuid === undefined && t.name === undefined) throw err('UH_MISSING_ID', `ids[${k}]: 'uuid' or 'name' is required`);
+      const target = t.uuid !== undefined ? { uuid: t.uuid.toLowerCase() } : { name: t.name! };
+      return { ...e, target };
+    });
+  });
+}
+
+async function runEntries(c: Compiled, ctx: Ctx, entries: Entry<Record<string, unknown>>[], q: Record<string, unknown>) {
+  const def = c.def as EndpointDef;
+  if (def.handleAll) return def.handleAll(ctx, entries, q);
+  return each(ctx.log, entries, (e) => def.handle!(ctx, e, q), def.concurrent);
+}
+
+/**
+ * Builds the Fastify application serving the v1 API. Every route is
+ * generated from the endpoint table; handlers only parse and delegate.
+ */
+export function buildApi(opts: ApiOptions): FastifyInstance {
+  const { services } = opts;
+  const app = Fastify({
+    loggerInstance: opts.logger,
+    bodyLimit: opts.bodyLimit ?? 1024 * 1024,
+    logController: new LogController({ disableRequestLogging: true }),
+    return503OnClosing: true,
+    routerOptions: { ignoreTrailingSlash: true },
+  });
+
+  // Every method may carry a JSON body, GET included (api-v1.md), whatever content type the client declares.
+  app.addHttpMethod('GET', { hasBody: true, overrideExisting: true });
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => {
+    const text = (body as string).trim();
+    if (text === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch (e) {
+      done(err('UH_MALFORMED', `malformed JSON body: ${(e as Error).message}`), undefined);
+    }
+  });
+
+  app.decorateRequest('t0', 0n);
+  app.decorateRequest('user', undefined);
+  app.addHook('onRequest', async (req, reply) => {
+    req.t0 = process.hrtime.bigint();
+    const user = await services.users.authenticate(req.headers.authorization);
+    if (!user) return sendError(req, reply, err('UH_UNAUTHORIZED', 'missing or invalid bearer token'));
+    req.user = user;
+  });
+
+  app.setErrorHandler((e: Error & { code?: string; statusCode?: number }, req, reply) => {
+    if (isUnihostError(e)) return sendError(req, reply, e);
+    if (e.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      return sendError(req, reply, err('UH_TOO_LARGE', 'request body is too large'));
+    }
+    if (e.statusCode && e.statusCode >= 400 && e.statusCode < 500) {
+      return sendError(req, reply, err('UH_INVALID', e.message));
+    }
+    req.log.error({ err: e }, 'unhandled error');
+    return sendError(req, reply, err('UH_INTERNAL', 'internal error'));
+  });
+
+  app.setNotFoundHandler((req, reply) =>
+    reply.code(404).send({
+      status: 'error',
+      message: 'No API endpoint',
+      errors: [{ status: 404, message: 'No API endpoint', error: 3 }],
+      op_time_us: opTime(req),
+    }),
+  );
+
+  for (const def of ENDPOINTS) {
+    const c = compile(def as EndpointDef);
+    const handler = async (req: FastifyRequest, reply: FastifyReply) => {
+      const { uuid: pathUuid, ...pathParams } = req.params as Record<string, string>;
+      const parsed = parseRequest(c, req.body, req.query as Record<string, string | string[]>, pathUuid, pathParams);
+      const ac = new AbortController();
+      req.raw.once('close', () => {
+        if (!reply.sent) ac.abort();
+      });
+      const ctx: Ctx = {
+        user: req.user!,
+        services,
+        log: req.log,
+        signal: ac.signal,
+        each: (es, fn, concurrent) => each(req.log, es, fn, concurrent),
+        entryError: (e, x) => entryError(e, x, req.log),
+        expandIds,
+      };
+      const results = await runEntries(c, ctx, parsed.entries, parsed.query);
+      return reply.send(envelope(def.plural, results, req.t0));
+    };
+    app.route({ method: def.method, url: def.path, handler });
+    if (def.localPath) app.route({ method: def.method, url: def.localPath, handler });
+  }
+
+  const doc = buildOpenApi(ENDPOINTS as EndpointDef[]);
+  app.get('/v1/openapi.json', async () => doc);
+  app.get('/v1/healthz', async (req) => ({ status: 'success', data: { health: [{ status: 'success' }] }, op_time_us: opTime(req) }));
+  app.get('/', async (req) => ({ status: 'success', message: 'unihost API v1', op_time_us: opTime(req) }));
+  return app as unknown as FastifyInstance;
+}

@@ -1,0 +1,112 @@
+import { readFileSync, existsSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import type { Hard, Limits } from './store/types.js';
+
+/** Daemon configuration: embedded defaults < config file < environment < flags. */
+export interface Config {
+  /** `host:port` the API listens on */
+  listen: string;
+  dataDir: string;
+  /** IATA-like metro code shown to users */
+  metro: string;
+  /** shared public domain of the metro; groups get `<name>-<random>.<metroDomain>` */
+  metroDomain: string;
+  /** labels under the metro domain nobody may claim */
+  reservedLabels: string[];
+  /** largest accepted request body, bytes */
+  bodyLimit: number;
+  /** what `-1` means for wait/stop timeouts, ms */
+  maxTimeoutMs: number;
+  /** largest log chunk one request returns, bytes */
+  maxLogChunk: number;
+  /** private network for instances (IPv4 CIDR); the first host address is the gateway */
+  subnet: string;
+  defaultQuotas: { hard: Hard; limits: Limits };
+  logLevel: string;
+}
+
+export function defaultDataDir(): string {
+  if (process.getuid?.() === 0) return '/var/lib/unihost';
+  return join(process.env.XDG_DATA_HOME ?? join(homedir(), '.local', 'share'), 'unihost');
+}
+
+export const DEFAULTS: Config = {
+  listen: '127.0.0.1:7878',
+  dataDir: defaultDataDir(),
+  metro: 'local',
+  metroDomain: 'unihost.localhost',
+  reservedLabels: ['www', 'api', 'admin', 'mail', 'ns1', 'ns2', 'status', 'console', 'dashboard'],
+  bodyLimit: 1024 * 1024,
+  maxTimeoutMs: 3_600_000,
+  maxLogChunk: 16383,
+  subnet: '10.88.0.0/16',
+  defaultQuotas: {
+    hard: {
+      instances: 64,
+      live_instances: 16,
+      live_memory_mb: 4096,
+      service_groups: 32,
+      services: 64,
+      volumes: 32,
+      total_volume_mb: 16384,
+    },
+    limits: {
+      min_memory_mb: 16,
+      max_memory_mb: 2048,
+      min_volume_mb: 1,
+      max_volume_mb: 8192,
+      min_autoscale_size: 0,
+      max_autoscale_size: 8,
+    },
+  },
+  logLevel: 'info',
+};
+
+type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
+
+function merge<T>(base: T, over: DeepPartial<T> | undefined): T {
+  if (!over) return base;
+  const out: Record<string, unknown> = { ...(base as Record<string, unknown>) };
+  for (const [k, v] of Object.entries(over)) {
+    if (v === undefined) continue;
+    const b = out[k];
+    out[k] =
+      b && typeof b === 'object' && !Array.isArray(b) && v && typeof v === 'object' && !Array.isArray(v)
+        ? merge(b, v as DeepPartial<typeof b>)
+        : v;
+  }
+  return out as T;
+}
+
+/** Reads env variables `UNIHOST_*` that map to config keys. */
+function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
+  const c: DeepPartial<Config> = {};
+  if (env.UNIHOST_LISTEN) c.listen = env.UNIHOST_LISTEN;
+  if (env.UNIHOST_DATA_DIR) c.dataDir = env.UNIHOST_DATA_DIR;
+  if (env.UNIHOST_METRO) c.metro = env.UNIHOST_METRO;
+  if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;
+  if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;
+  if (env.UNIHOST_LOG_LEVEL) c.logLevel = env.UNIHOST_LOG_LEVEL;
+  return c;
+}
+
+/**
+ * Resolves the configuration. `file` is a JSON file (`--config` or
+ * `UNIHOST_CONFIG`); a missing explicit file is an error, a missing default
+ * one is not.
+ */
+export function loadConfig(flags: DeepPartial<Config> & { config?: string }, env = process.env): Config {
+  const { config: explicit, ...flagValues } = flags;
+  const file = explicit ?? env.UNIHOST_CONFIG;
+  let fromFile: DeepPartial<Config> | undefined;
+  if (file) {
+    if (!existsSync(file)) throw new Error(`config file ${file} does not exist`);
+    try {
+      fromFile = JSON.parse(readFileSync(file, 'utf8')) as DeepPartial<Config>;
+    } catch (e) {
+      throw new Error(`config file ${file} is not valid JSON: ${(e as Error).message}`);
+    }
+  }
+  return merge(merge(merge(DEFAULTS, fromFile), fromEnv(env)), flagValues);
+}

@@ -1,0 +1,68 @@
+import type { FastifyInstance } from 'fastify';
+import pino, { type Logger } from 'pino';
+import { buildApi } from './api/server.js';
+import type { Config } from './config.js';
+import { createServices, pathsFor, type Clock, type Services } from './services/index.js';
+import { SqliteStore } from './store/sqlite/index.js';
+import type { Store } from './store/types.js';
+
+/** A part of the daemon that runs in the background (reconcilers, gateway). */
+export interface Controller {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface Daemon {
+  config: Config;
+  store: Store;
+  services: Services;
+  api: FastifyInstance;
+  logger: Logger;
+  /** base URL the API listens on, e.g. `http://127.0.0.1:7878` */
+  url: string;
+  close(): Promise<void>;
+}
+
+export interface DaemonOptions {
+  logger?: Logger;
+  clock?: Clock;
+  /** builds the background controllers; default: none (API only) */
+  controllers?: (s: Services, log: Logger) => Controller[];
+}
+
+export function splitListen(listen: string): { host: string; port: number } {
+  const i = listen.lastIndexOf(':');
+  const host = i > 0 ? listen.slice(0, i).replace(/^\[|\]$/g, '') : '127.0.0.1';
+  const port = Number(i >= 0 ? listen.slice(i + 1) : listen);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`listen address '${listen}' has no valid port`);
+  return { host, port };
+}
+
+/** Opens the store, wires the services, starts controllers and the API. */
+export async function startDaemon(config: Config, opts: DaemonOptions = {}): Promise<Daemon> {
+  const logger = opts.logger ?? pino({ level: config.logLevel });
+  const store = new SqliteStore(pathsFor(config.dataDir).db);
+  const services = createServices(config, store, opts.clock);
+  const controllers = opts.controllers?.(services, logger) ?? [];
+  for (const c of controllers) await c.start();
+  const api = buildApi({ services, logger, bodyLimit: config.bodyLimit });
+  const { host, port } = splitListen(config.listen);
+  await api.listen({ host, port });
+  const addr = api.server.address();
+  const actualPort = typeof addr === 'object' && addr ? addr.port : port;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
+  logger.info({ url, dataDir: config.dataDir }, 'unihost API listening');
+  return {
+    config,
+    store,
+    services,
+    api,
+    logger,
+    url,
+    async close() {
+      await api.close();
+      for (const c of [...controllers].reverse()) await c.stop();
+      await store.close();
+    },
+  };
+}

@@ -1,0 +1,56 @@
+import type { InstanceState } from '../store/types.js';
+
+/**
+ * Instance state machine of api-v1.md as a table: (from, trigger) -> to.
+ * Services consult it for user triggers; the machine controller for host
+ * events. A missing row means the trigger does nothing in that state.
+ */
+export type InstanceTrigger =
+  | 'start' // PUT start, autostart, restart by policy, wake from standby
+  | 'stop' // PUT stop (graceful)
+  | 'stop-drain' // PUT stop with drain_timeout_ms > 0
+  | 'stop-force' // PUT stop with force
+  | 'booted' // guest signalled ready (application main reached)
+  | 'drained' // last connection closed or drain timeout expired
+  | 'exited' // VM ended (any cause)
+  | 'idle' // scale-to-zero: no traffic for one cooldown
+  | 'wake'; // request for a standby instance
+
+export const INSTANCE_TRANSITIONS: ReadonlyArray<readonly [InstanceState, InstanceTrigger, InstanceState]> = [
+  ['stopped', 'start', 'starting'],
+  ['standby', 'start', 'starting'],
+  ['standby', 'wake', 'starting'],
+  ['starting', 'booted', 'running'],
+  ['starting', 'stop', 'stopping'],
+  ['starting', 'stop-drain', 'stopping'],
+  ['starting', 'stop-force', 'stopping'],
+  ['starting', 'exited', 'stopped'],
+  ['running', 'stop', 'stopping'],
+  ['running', 'stop-drain', 'draining'],
+  ['running', 'stop-force', 'stopping'],
+  ['running', 'idle', 'stopping'],
+  ['running', 'exited', 'stopped'],
+  ['draining', 'drained', 'stopping'],
+  ['draining', 'stop-force', 'stopping'],
+  ['draining', 'exited', 'stopped'],
+  ['stopping', 'stop-force', 'stopping'],
+  ['stopping', 'exited', 'stopped'],
+  ['standby', 'stop', 'stopped'],
+  ['standby', 'stop-force', 'stopped'],
+];
+
+const TABLE = new Map<string, InstanceState>(INSTANCE_TRANSITIONS.map(([f, t, to]) => [`${f}:${t}`, to]));
+
+/** The state after `trigger` in state `from`, or undefined when the trigger does nothing there. */
+export function nextState(from: InstanceState, trigger: InstanceTrigger): InstanceState | undefined {
+  return TABLE.get(`${from}:${trigger}`);
+}
+
+/** States that count as live for quotas (api-v1.md: "not in the stopped state"). */
+export const isLive = (s: InstanceState): boolean => s !== 'stopped';
+
+/** States in which stop_reason, exit_code and stop_code may be read. */
+export const STOP_INFO_STATES: ReadonlySet<InstanceState> = new Set(['draining', 'stopping', 'stopped', 'standby']);
+
+/** stop_reason bits (api-v1.md, Stop reason). */
+export const STOP = { K: 1, A: 2, P: 4, U: 8, F: 16 } as const;

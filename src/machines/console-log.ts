@@ -1,0 +1,81 @@
+import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, writeFileSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+
+/**
+ * A bounded console log with absolute byte offsets. Bytes are appended to
+ * `console.log`; when it grows past `max` the oldest half is dropped and
+ * `console.base` records the absolute offset of the file's first byte, so
+ * offsets stay valid across trims and instance restarts.
+ */
+export class ConsoleLog {
+  readonly file: string;
+  private readonly baseFile: string;
+
+  constructor(
+    dir: string,
+    private readonly max = 1024 * 1024,
+  ) {
+    mkdirSync(dir, { recursive: true });
+    this.file = join(dir, 'console.log');
+    this.baseFile = join(dir, 'console.base');
+  }
+
+  base(): number {
+    if (!existsSync(this.baseFile)) return 0;
+    const n = Number(readFileSync(this.baseFile, 'utf8'));
+    return Number.isFinite(n) ? n : 0;
+  }
+
+  /** Appends bytes, trimming the oldest half when the file exceeds the bound. */
+  append(data: Buffer): void {
+    const fd = openSync(this.file, 'a');
+    try {
+      writeSync(fd, data);
+      if (fstatSync(fd).size > this.max) this.trim();
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  private trim(): void {
+    const buf = readFileSync(this.file);
+    const keep = buf.subarray(buf.length - Math.floor(this.max / 2));
+    const base = this.base() + (buf.length - keep.length);
+    writeFileSync(`${this.baseFile}.tmp`, String(base));
+    writeFileSync(`${this.file}.tmp`, keep);
+    // base first: a crash in between leaves offsets off by at most one trim, never bytes lost twice
+    renameSync(`${this.baseFile}.tmp`, this.baseFile);
+    renameSync(`${this.file}.tmp`, this.file);
+  }
+
+  /**
+   * Reads up to `limit` bytes from absolute `offset` (negative: from the end).
+   * Returns the bytes and the available and returned ranges (inclusive; an
+   * empty range has `end = start - 1`).
+   */
+  read(offset: number, limit: number) {
+    const base = this.base();
+    let size = 0;
+    let fd: number | null = null;
+    if (existsSync(this.file)) {
+      fd = openSync(this.file, 'r');
+      size = fstatSync(fd).size;
+    }
+    try {
+      const end = base + size; // exclusive
+      let start = offset < 0 ? end + offset : offset;
+      start = Math.max(start, base);
+      start = Math.min(start, end);
+      const n = Math.max(0, Math.min(limit, end - start));
+      const out = Buffer.alloc(n);
+      if (fd !== null && n > 0) readSync(fd, out, 0, n, start - base);
+      return {
+        output: out,
+        available: { start: base, end: end - 1 },
+        range: { start, end: start + n - 1 },
+      };
+    } finally {
+      if (fd !== null) closeSync(fd);
+    }
+  }
+}

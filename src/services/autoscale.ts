@@ -1,0 +1,175 @@
+import type { Target } from '../api/endpoint.js';
+import { checkPolicy, type PolicyIn } from '../domain/steps.js';
+import { err } from '../errors.js';
+import type { AutoscaleRec, InstanceRec, PolicyRec, ServiceGroupRec, Tx, UserRec } from '../store/types.js';
+import { findGroup } from './groups.js';
+import type { Deps } from './index.js';
+import { findInstance } from './instances.js';
+import { effectiveQuotas } from './users.js';
+
+export interface AutoscaleIn {
+  master: { uuid?: string; name?: string };
+  min_size?: number;
+  max_size?: number;
+  warmup_time_ms?: number;
+  cooldown_time_ms?: number;
+  policies?: PolicyIn[];
+}
+
+export const AUTOSCALE_DEFAULTS = { min_size: 1, max_size: 4, warmup_time_ms: 1000, cooldown_time_ms: 1000 };
+
+/** Autoscale configuration and policies of a service group. The autoscaler reconciler acts on them. */
+export class AutoscaleService {
+  constructor(private readonly deps: Deps) {}
+
+  private checkSizes(user: UserRec, min: number, max: number): void {
+    const { limits } = effectiveQuotas(this.deps.config, user);
+    if (limits.min_autoscale_size === 1 && limits.max_autoscale_size === 1) {
+      throw err('UH_AUTOSCALE_DISABLED', 'autoscale is not enabled for this account');
+    }
+    if (min > max) throw err('UH_INVALID', `min_size (${min}) must not be larger than max_size (${max})`);
+    for (const [k, v] of [['min_size', min], ['max_size', max]] as const) {
+      if (v < limits.min_autoscale_size || v > limits.max_autoscale_size) {
+        throw err('UH_AUTOSCALE_SIZE', `${k} ${v} is outside the account limits [${limits.min_autoscale_size}, ${limits.max_autoscale_size}]`);
+      }
+    }
+  }
+
+  private static uniquePolicies(policies: PolicyRec[]): PolicyRec[] {
+    const names = new Set<string>();
+    for (const p of policies) {
+      if (names.has(p.name)) throw err('UH_EXISTS', `policy '${p.name}' is given twice`);
+      names.add(p.name);
+    }
+    return policies;
+  }
+
+  private async insertInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, master: InstanceRec, c: Omit<AutoscaleRec, 'group_id' | 'user_id' | 'master_id' | 'enabled'>) {
+    if (await tx.autoscale.get(g.id)) throw err('UH_AUTOSCALE_CONFIGURED', `autoscale is already configured for service group '${g.name}'`);
+    if (master.service_group_id !== g.id) {
+      throw err('UH_INVALID', `master instance '${master.name}' is not attached to service group '${g.name}'`);
+    }
+    if (master.autoscale_group_id) throw err('UH_INVALID', `instance '${master.name}' was created by autoscale and cannot be a master`);
+    if (await tx.autoscale.forMaster(master.id)) throw err('UH_AUTOSCALE_CONFIGURED', `instance '${master.name}' is already a master`);
+    this.checkSizes(user, c.min_size, c.max_size);
+    await tx.autoscale.insert({ ...c, group_id: g.id, user_id: user.id, master_id: master.id, enabled: true });
+  }
+
+  async create(user: UserRec, t: Target, p: AutoscaleIn) {
+    return this.deps.store.tx(async (tx) => {
+      const g = await findGroup(tx, user, t);
+      if (p.master.uuid !== undefined && p.master.name !== undefined) throw err('UH_NOT_BOTH', "master: give either 'uuid' or 'name', not both");
+      if (p.master.uuid === undefined && p.master.name === undefined) throw err('UH_MISSING_ID', "master: 'uuid' or 'name' is required");
+      const master = await findInstance(tx, user, p.master.uuid !== undefined ? { uuid: p.master.uuid } : { name: p.master.name! });
+      await this.insertInTx(tx, user, g, master, {
+        min_size: p.min_size ?? AUTOSCALE_DEFAULTS.min_size,
+        max_size: p.max_size ?? AUTOSCALE_DEFAULTS.max_size,
+        warmup_time_ms: p.warmup_time_ms ?? AUTOSCALE_DEFAULTS.warmup_time_ms,
+        cooldown_time_ms: p.cooldown_time_ms ?? AUTOSCALE_DEFAULTS.cooldown_time_ms,
+        policies: AutoscaleService.uniquePolicies((p.policies ?? []).map(checkPolicy)),
+      });
+      return { uuid: g.id, name: g.name };
+    });
+  }
+
+  /** `features: [scale-to-zero]` on instance create: min 0, max 1, other defaults. */
+  async configureScaleToZeroInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, master: InstanceRec): Promise<void> {
+    await this.insertInTx(tx, user, g, master, { ...AUTOSCALE_DEFAULTS, min_size: 0, max_size: 1, policies: [] });
+  }
+
+  async get(user: UserRec, t: Target) {
+    return this.deps.store.read(async (tx) => {
+      const g = await findGroup(tx, user, t);
+      const c = await tx.autoscale.get(g.id);
+      if (!c) return { status: 'unconfigured', uuid: g.id, name: g.name };
+      const m = await tx.instances.get(user.id, c.master_id);
+      return {
+        uuid: g.id,
+        name: g.name,
+        enabled: c.enabled,
+        min_size: c.min_size,
+        max_size: c.max_size,
+        warmup_time_ms: c.warmup_time_ms,
+        cooldown_time_ms: c.cooldown_time_ms,
+        master: { uuid: c.master_id, name: m?.name },
+        policies: c.policies,
+      };
+    });
+  }
+
+  /**
+   * Deletes the configuration. Instances created by autoscale drain for at
+   * most one cooldown and are then deleted (delete-on-stop); the master is
+   * started if it is stopped.
+   */
+  async delete(user: UserRec, t: Target) {
+    return this.deps.store.tx(async (tx) => {
+      const g = await findGroup(tx, user, t);
+      const c = await tx.autoscale.get(g.id);
+      if (!c) throw err('UH_AUTOSCALE_NOT_CONFIGURED', `autoscale is not configured for service group '${g.name}'`);
+      await tx.autoscale.delete(g.id);
+      const drainUntil = this.deps.clock.now() + c.cooldown_time_ms;
+      for (const i of await tx.instances.inGroup(g.id)) {
+        if (i.autoscale_group_id !== g.id) continue;
+        if (i.state === 'stopped') {
+          await this.deps.instances.deleteInTx(tx, user, i);
+          continue;
+        }
+        await tx.instances.update(i.id, {
+          features: [...new Set([...i.features, 'delete-on-stop'])],
+          desired: 'stopped',
+          state: i.state === 'running' ? 'draining' : i.state === 'standby' ? 'stopped' : 'stopping',
+          stop_request: { force: false, drain_until: drainUntil, by: 'platform' },
+        });
+      }
+      const master = await tx.instances.get(user.id, c.master_id);
+      if (master && (master.state === 'stopped' || master.state === 'standby')) await this.deps.instances.startInTx(tx, user, master, false);
+      return { uuid: g.id, name: g.name };
+    });
+  }
+
+  async addPolicy(user: UserRec, t: Target, p: PolicyIn) {
+    return this.deps.store.tx(async (tx) => {
+      const g = await findGroup(tx, user, t);
+      const c = await tx.autoscale.get(g.id);
+      if (!c) throw err('UH_AUTOSCALE_NOT_CONFIGURED', `autoscale is not configured for service group '${g.name}'`);
+      const policy = checkPolicy(p);
+      if (c.policies.some((x) => x.name === policy.name)) throw err('UH_EXISTS', `policy '${policy.name}' already exists`);
+      await tx.autoscale.update(g.id, { policies: [...c.policies, policy] });
+      return { uuid: g.id, name: g.name };
+    });
+  }
+
+  async getPolicies(user: UserRec, t: Target, name?: string) {
+    return this.deps.store.read(async (tx) => {
+      const g = await findGroup(tx, user, t);
+      const c = await tx.autoscale.get(g.id);
+      if (!c) throw err('UH_AUTOSCALE_NOT_CONFIGURED', `autoscale is not configured for service group '${g.name}'`);
+      if (name === undefined) return c.policies;
+      const p = c.policies.find((x) => x.name === name);
+      if (!p) throw err('UH_NOT_FOUND', `No policy with name '${name}'`);
+      return [p];
+    });
+  }
+
+  async deletePolicy(user: UserRec, t: Target, name: string) {
+    return this.deps.store.tx(async (tx) => {
+      const g = await findGroup(tx, user, t);
+      const c = await tx.autoscale.get(g.id);
+      if (!c) throw err('UH_AUTOSCALE_NOT_CONFIGURED', `autoscale is not configured for service group '${g.name}'`);
+      if (!c.policies.some((x) => x.name === name)) throw err('UH_NOT_FOUND', `No policy with name '${name}'`);
+      await tx.autoscale.update(g.id, { policies: c.policies.filter((x) => x.name !== name) });
+      return { name };
+    });
+  }
+
+  /** Deleting a master resets autoscale and deletes the instances autoscale created. */
+  async onInstanceDeletedInTx(tx: Tx, user: UserRec, inst: InstanceRec): Promise<void> {
+    const c = await tx.autoscale.forMaster(inst.id);
+    if (!c) return;
+    await tx.autoscale.delete(c.group_id);
+    for (const i of await tx.instances.inGroup(c.group_id)) {
+      if (i.autoscale_group_id === c.group_id) await this.deps.instances.deleteInTx(tx, user, i);
+    }
+  }
+}

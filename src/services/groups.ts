@@ -1,0 +1,167 @@
+import { randomUUID } from 'node:crypto';
+import type { Target } from '../api/endpoint.js';
+import { checkName, randomSuffix, serviceGroupDefaultName } from '../domain/names.js';
+import { checkServices, type ServiceIn } from '../domain/ports.js';
+import { err } from '../errors.js';
+import type { ServiceGroupRec, Tx, UserRec } from '../store/types.js';
+import type { Deps } from './index.js';
+import { assertQuota } from './users.js';
+
+export interface DomainIn {
+  name: string;
+  certificate?: { uuid?: string; name?: string };
+}
+
+export interface GroupDescription {
+  name?: string;
+  services?: ServiceIn[];
+  domains?: DomainIn[];
+}
+
+export async function findGroup(tx: Tx, user: UserRec, t: Target): Promise<ServiceGroupRec> {
+  const g = t.uuid !== undefined ? await tx.groups.get(user.id, t.uuid) : await tx.groups.getByName(user.id, t.name);
+  if (!g) {
+    throw err('UH_NOT_FOUND', t.uuid !== undefined ? `No service group with UUID '${t.uuid}'` : `No service group with name '${t.name}'`);
+  }
+  return g;
+}
+
+/** Service groups: published ports, domains and persistence. */
+export class GroupService {
+  constructor(private readonly deps: Deps) {}
+
+  /** Turns a requested domain name into an FQDN (without the trailing dot) and whether it is custom. */
+  private fqdn(name: string): { fqdn: string; custom: boolean } {
+    const metro = this.deps.config.metroDomain;
+    const isFqdn = name.endsWith('.');
+    const fqdn = (isFqdn ? name.slice(0, -1) : `${name}.${metro}`).toLowerCase();
+    const r = checkName(fqdn, 253);
+    if (!r.ok) throw err('UH_INVALID', `domain '${name}' is invalid: it ${r.why}`);
+    const underMetro = fqdn === metro || fqdn.endsWith(`.${metro}`);
+    if (underMetro) {
+      const label = fqdn === metro ? '' : fqdn.slice(0, -(metro.length + 1));
+      if (label === '' || this.deps.config.reservedLabels.includes(label.split('.').pop()!)) {
+        throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is reserved`);
+      }
+    }
+    return { fqdn, custom: !underMetro };
+  }
+
+  async resolveInTx(tx: Tx, user: UserRec, t: Target): Promise<ServiceGroupRec> {
+    return findGroup(tx, user, t);
+  }
+
+  /** Creates a group inside `tx`: quotas, name and domain uniqueness, port rules, certificates. */
+  async createInTx(tx: Tx, user: UserRec, d: GroupDescription, persistent: boolean): Promise<ServiceGroupRec> {
+    const services = checkServices(d.services ?? []);
+    await assertQuota(tx, this.deps.config, user, { service_groups: 1, services: services.length });
+    const name = d.name ?? serviceGroupDefaultName();
+    if (await tx.groups.getByName(user.id, name)) throw err('UH_EXISTS', `a service group named '${name}' already exists`);
+    const g: ServiceGroupRec = {
+      id: randomUUID(),
+      user_id: user.id,
+      name,
+      created_at: new Date(this.deps.clock.now()).toISOString(),
+      persistent,
+      services,
+    };
+    await tx.groups.insert(g);
+    let domains = d.domains;
+    if (domains === undefined && services.length > 0) domains = [{ name: `${name.split('.')[0]!.slice(0, 54)}-${randomSuffix(8)}` }];
+    const seen = new Set<string>();
+    for (const dom of domains ?? []) {
+      const { fqdn, custom } = this.fqdn(dom.name);
+      if (seen.has(fqdn)) throw err('UH_INVALID', `domain '${fqdn}' is given twice`);
+      seen.add(fqdn);
+      if (dom.certificate && !custom) {
+        throw err('UH_INVALID', `domain '${dom.name}': 'certificate' is only allowed for FQDNs (names ending with a dot) outside the metro domain`);
+      }
+      if (await tx.domains.get(fqdn)) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is already in use`);
+      let certificateId: string | null = null;
+      if (custom) certificateId = (await this.deps.certificates.forDomainInTx(tx, user, fqdn, dom.certificate)).id;
+      await tx.domains.insert({ fqdn, group_id: g.id, user_id: user.id, certificate_id: certificateId });
+    }
+    return g;
+  }
+
+  /** `{uuid, name, domains}` as shown in instances and create responses. */
+  async summary(tx: Tx, g: ServiceGroupRec): Promise<Record<string, unknown>> {
+    return { uuid: g.id, name: g.name, domains: await this.domainsView(tx, g.id) };
+  }
+
+  private async domainsView(tx: Tx, groupId: string): Promise<Record<string, unknown>[]> {
+    const out: Record<string, unknown>[] = [];
+    for (const d of await tx.domains.forGroup(groupId)) {
+      const e: Record<string, unknown> = { fqdn: d.fqdn };
+      if (d.certificate_id) {
+        const c = await tx.certificates.get(d.user_id, d.certificate_id);
+        if (c) e.certificate = { uuid: c.id, name: c.name, state: c.state };
+      }
+      out.push(e);
+    }
+    return out;
+  }
+
+  async create(user: UserRec, d: GroupDescription) {
+    return this.deps.store.tx(async (tx) => this.summary(tx, await this.createInTx(tx, user, d, true)));
+  }
+
+  async get(user: UserRec, t: Target) {
+    return this.deps.store.read(async (tx) => {
+      const g = await findGroup(tx, user, t);
+      const as = await tx.autoscale.get(g.id);
+      return {
+        uuid: g.id,
+        name: g.name,
+        created_at: g.created_at,
+        persistent: g.persistent,
+        autoscale: as?.enabled ?? false,
+        services: g.services,
+        domains: await this.domainsView(tx, g.id),
+        instances: (await tx.instances.inGroup(g.id)).map((i) => ({ uuid: i.id, name: i.name })),
+      };
+    });
+  }
+
+  async delete(user: UserRec, t: Target) {
+    return this.deps.store.tx(async (tx) => {
+      const g = await findGroup(tx, user, t);
+      const n = (await tx.instances.inGroup(g.id)).length;
+      if (n > 0) throw err('UH_ATTACHED', `service group '${g.name}' still has ${n} attached instance(s)`);
+      await this.removeInTx(tx, g);
+      return { uuid: g.id, name: g.name };
+    });
+  }
+
+  private async removeInTx(tx: Tx, g: ServiceGroupRec): Promise<void> {
+    await tx.autoscale.delete(g.id);
+    await tx.domains.deleteForGroup(g.id);
+    await tx.groups.delete(g.id);
+  }
+
+  async list(user: UserRec, f: { persistent?: boolean; fqdn?: string }) {
+    return this.deps.store.read(async (tx) => {
+      const out: { uuid: string; name: string }[] = [];
+      const want = f.fqdn?.replace(/\.$/, '').toLowerCase();
+      for (const g of await tx.groups.list(user.id, f.persistent === undefined ? {} : { persistent: f.persistent })) {
+        if (want !== undefined && !(await tx.domains.forGroup(g.id)).some((d) => d.fqdn === want)) continue;
+        out.push({ uuid: g.id, name: g.name });
+      }
+      return out;
+    });
+  }
+
+  /** A second instance attached to an implicit group makes it persistent. */
+  async onInstanceAttachedInTx(tx: Tx, user: UserRec, groupId: string): Promise<void> {
+    const g = await tx.groups.get(user.id, groupId);
+    if (g && !g.persistent && (await tx.instances.inGroup(groupId)).length > 1) {
+      await tx.groups.update(groupId, { persistent: true });
+    }
+  }
+
+  /** An implicit group lives and dies with its instance. */
+  async onInstanceRemovedInTx(tx: Tx, user: UserRec, groupId: string): Promise<void> {
+    const g = await tx.groups.get(user.id, groupId);
+    if (g && !g.persistent && (await tx.instances.inGroup(groupId)).length === 0) await this.removeInTx(tx, g);
+  }
+}

@@ -1,0 +1,168 @@
+import { randomUUID } from 'node:crypto';
+import { parse as shellParse } from 'shell-quote';
+import { allocateIp, macFor } from '../domain/ipam.js';
+import { instanceDefaultName, NAME_MAX, randomSuffix } from '../domain/names.js';
+import { err } from '../errors.js';
+import type { InstanceRec, RestartPolicy, ServiceGroupRec, Tx, UserRec, VolumeRec } from '../store/types.js';
+import type { Deps } from './index.js';
+import type { GroupDescription } from './groups.js';
+import { assertQuota, effectiveQuotas } from './users.js';
+
+export interface VolumeSpec {
+  uuid?: string;
+  name?: string;
+  size_mb?: number;
+  at: string;
+  readonly?: boolean;
+}
+
+export interface CreateParams {
+  name?: string;
+  image: string;
+  args?: string | string[];
+  env?: Record<string, string>;
+  memory_mb?: number;
+  service_group?: GroupDescription & { uuid?: string; name?: string };
+  volumes?: VolumeSpec[];
+  autostart?: boolean;
+  replicas?: number;
+  wait_timeout_ms?: number;
+  features?: string[];
+  restart_policy?: string;
+}
+
+export const FEATURES = ['scale-to-zero', 'delete-on-stop'] as const;
+const POLICIES: Record<string, RestartPolicy> = { never: 'never', always: 'always', 'on-failure': 'on-failure', on_failure: 'on-failure' };
+
+/** `args` as a string is split like a shell splits words (compat-notes.md). */
+export function splitArgs(args: string | string[] | undefined): string[] | undefined {
+  if (args === undefined || Array.isArray(args)) return args;
+  const parts = shellParse(args);
+  if (parts.some((p) => typeof p !== 'string')) {
+    throw err('UH_INVALID', "parameter 'args': shell operators, globs and comments are not allowed in the string form");
+  }
+  return parts as string[];
+}
+
+/** Checks create parameters that need no store; returns normalized values. */
+export function checkCreate(p: CreateParams) {
+  if (p.wait_timeout_ms !== undefined && p.wait_timeout_ms !== 0 && !p.autostart) {
+    throw err('UH_INVALID', "parameter 'wait_timeout_ms' is only valid together with 'autostart: true'");
+  }
+  const policy = POLICIES[p.restart_policy ?? 'never'];
+  if (!policy) throw err('UH_INVALID', `parameter 'restart_policy': '${p.restart_policy}' is not one of never, always, on-failure`);
+  for (const f of p.features ?? []) {
+    if (!(FEATURES as readonly string[]).includes(f)) {
+      throw err('UH_INVALID', `parameter 'features': '${f}' is not one of ${FEATURES.join(', ')}`);
+    }
+  }
+  if ((p.volumes?.length ?? 0) > 1) throw err('UH_INVALID', "parameter 'volumes': an instance can have at most one volume");
+  const sg = p.service_group;
+  if (sg && (sg.uuid !== undefined || sg.name !== undefined) && (sg.services !== undefined || sg.domains !== undefined)) {
+    throw err('UH_INVALID', "parameter 'service_group': give either a reference (uuid or name) or a new group's services and domains");
+  }
+  if (sg && sg.uuid !== undefined && sg.name !== undefined) {
+    throw err('UH_NOT_BOTH', "parameter 'service_group': give either 'uuid' or 'name', not both");
+  }
+  return { policy, args: splitArgs(p.args) };
+}
+
+/** Creates one instance (and its replicas, group, volume) inside `tx`. Returns the new records. */
+export async function createInTx(
+  deps: Deps,
+  tx: Tx,
+  user: UserRec,
+  p: CreateParams,
+): Promise<{ instances: InstanceRec[]; group: ServiceGroupRec | null }> {
+  const { policy, args } = checkCreate(p);
+  const image = await deps.images.resolve(tx, user, p.image);
+  const memory = p.memory_mb ?? 128;
+  const { limits } = effectiveQuotas(deps.config, user);
+  if (memory < limits.min_memory_mb || memory > limits.max_memory_mb) {
+    throw err('UH_LIMIT', `memory_mb ${memory} is outside the account limits [${limits.min_memory_mb}, ${limits.max_memory_mb}]`);
+  }
+  if (memory < image.minMemoryMb) {
+    throw err('UH_MEMORY_TOO_SMALL', `memory_mb ${memory} is too small for image '${p.image}': it needs at least ${image.minMemoryMb}`);
+  }
+  const count = 1 + (p.replicas ?? 0);
+  if (count > 1 && (p.volumes?.length ?? 0) > 0) {
+    throw err('UH_INVALID', "parameter 'replicas': instances with a volume cannot have replicas (a volume attaches to one instance)");
+  }
+  const live = p.autostart ? count : 0;
+  await assertQuota(tx, deps.config, user, { instances: count, live_instances: live, live_memory_mb: live * memory });
+
+  let group: ServiceGroupRec | null = null;
+  const sg = p.service_group;
+  if (sg) {
+    if (sg.uuid !== undefined || sg.name !== undefined) {
+      group = await deps.groups.resolveInTx(tx, user, sg.uuid !== undefined ? { uuid: sg.uuid } : { name: sg.name! });
+    } else {
+      group = await deps.groups.createInTx(tx, user, { services: sg.services ?? [], domains: sg.domains }, false);
+    }
+  }
+
+  let volume: { rec: VolumeRec; at: string; readonly: boolean } | null = null;
+  const vs = p.volumes?.[0];
+  if (vs) {
+    const rec =
+      vs.size_mb !== undefined
+        ? await deps.volumes.createInTx(tx, user, { size_mb: vs.size_mb }, false)
+        : await deps.volumes.resolveInTx(tx, user, vs);
+    volume = { rec, at: vs.at, readonly: vs.readonly ?? false };
+  }
+
+  const now = new Date(deps.clock.now()).toISOString();
+  const instances: InstanceRec[] = [];
+  for (let k = 0; k < count; k++) {
+    let name = p.name ?? instanceDefaultName(image.app);
+    if (p.name !== undefined && k > 0) name = `${p.name.slice(0, NAME_MAX - 6)}-${randomSuffix(5)}`;
+    if (await tx.instances.getByName(user.id, name)) throw err('UH_EXISTS', `an instance named '${name}' already exists`);
+    const nic = randomUUID();
+    const inst: InstanceRec = {
+      id: randomUUID(),
+      user_id: user.id,
+      name,
+      created_at: now,
+      image: image.digest,
+      image_ref: p.image,
+      memory_mb: memory,
+      args: args ?? [],
+      env: p.env ?? {},
+      features: p.features ?? [],
+      restart_policy: policy,
+      state: p.autostart ? 'starting' : 'stopped',
+      desired: p.autostart ? 'running' : 'stopped',
+      stop_request: null,
+      start_count: 0,
+      started_at: null,
+      stopped_at: null,
+      uptime_ms: 0,
+      boot_time_us: null,
+      stop_reason: null,
+      exit_code: null,
+      stop_code: null,
+      vmm_start_time_us: null,
+      vmm_load_time_us: null,
+      vmm_ready_time_us: null,
+      net_time_us: null,
+      restart_attempt: 0,
+      restart_next_at: null,
+      restart_count: 0,
+      service_group_id: group?.id ?? null,
+      private_ip: await allocateIp(tx, deps.subnet),
+      mac: macFor(nic),
+      nic_id: nic,
+      autoscale_group_id: null,
+      runtime: {},
+    };
+    await tx.instances.insert(inst);
+    if (group) await deps.groups.onInstanceAttachedInTx(tx, user, group.id);
+    if (volume) await deps.volumes.attachInTx(tx, volume.rec, inst, volume.at, volume.readonly, true);
+    instances.push(inst);
+  }
+  if (p.features?.includes('scale-to-zero')) {
+    if (!group) throw err('UH_INVALID', "feature 'scale-to-zero' needs a 'service_group' to receive the requests that wake it");
+    await deps.autoscale.configureScaleToZeroInTx(tx, user, group, instances[0]!);
+  }
+  return { instances, group };
+}

@@ -1,0 +1,245 @@
+import type { Target } from '../api/endpoint.js';
+import { isLive, nextState, STOP_INFO_STATES, type InstanceTrigger } from '../domain/instance-states.js';
+import { err } from '../errors.js';
+import type { InstanceRec, InstanceState, Store, Tx, UserRec } from '../store/types.js';
+import { ConsoleLog } from '../machines/console-log.js';
+import type { Deps } from './index.js';
+import { createInTx, type CreateParams } from './instances-create.js';
+import { assertQuota } from './users.js';
+import { waitForChange } from './wait.js';
+
+export interface StopParams {
+  force?: boolean;
+  drain_timeout_ms?: number;
+}
+
+/** Resolves a target to one of the user's instances; another user's instance is "missing". */
+export async function findInstance(tx: Tx, user: UserRec, t: Target): Promise<InstanceRec> {
+  const inst = t.uuid !== undefined ? await tx.instances.get(user.id, t.uuid) : await tx.instances.getByName(user.id, t.name);
+  if (!inst) {
+    throw err('UH_NOT_FOUND', t.uuid !== undefined ? `No instance with UUID '${t.uuid}'` : `No instance with name '${t.name}'`);
+  }
+  return inst;
+}
+
+/** Instance lifecycle: records intent in the store; the machine controller makes it so. */
+export class InstanceService {
+  constructor(private readonly deps: Deps) {}
+
+  private get store(): Store {
+    return this.deps.store;
+  }
+
+  /** Maps a timeout parameter (-1 = largest) to milliseconds. */
+  timeout(ms: number | undefined, dflt: number): number {
+    const v = ms ?? dflt;
+    return v < 0 ? this.deps.config.maxTimeoutMs : Math.min(v, this.deps.config.maxTimeoutMs);
+  }
+
+  /** The spec's instance status object (GET /v1/instances). */
+  async view(tx: Tx, user: UserRec, i: InstanceRec): Promise<Record<string, unknown>> {
+    const now = this.deps.clock.now();
+    const out: Record<string, unknown> = {
+      uuid: i.id,
+      name: i.name,
+      created_at: i.created_at,
+      state: i.state,
+      image: i.image,
+      memory_mb: i.memory_mb,
+      args: i.args,
+      env: i.env,
+      start_count: i.start_count,
+    };
+    if (i.started_at) out.started_at = i.started_at;
+    if (i.stopped_at && i.state === 'stopped') out.stopped_at = i.stopped_at;
+    const runningSince = i.state === 'running' || i.state === 'draining' ? Date.parse(i.started_at ?? '') : NaN;
+    out.uptime_ms = i.uptime_ms + (Number.isFinite(runningSince) ? Math.max(0, now - runningSince) : 0);
+    if (user.developer) {
+      for (const k of ['vmm_start_time_us', 'vmm_load_time_us', 'vmm_ready_time_us', 'net_time_us'] as const) {
+        if (i[k] !== null) out[k] = i[k];
+      }
+    }
+    if (i.boot_time_us !== null) out.boot_time_us = i.boot_time_us;
+    if (STOP_INFO_STATES.has(i.state)) {
+      if (i.stop_reason !== null) out.stop_reason = i.stop_reason;
+      if (i.exit_code !== null) out.exit_code = i.exit_code;
+      if (i.stop_code !== null) out.stop_code = i.stop_code;
+    }
+    out.restart_policy = i.restart_policy;
+    out.restart = { attempt: i.restart_attempt, ...(i.restart_next_at ? { next_at: i.restart_next_at } : {}) };
+    out.restart_count = i.restart_count;
+    out.private_fqdn = `${i.name}.internal`;
+    if (i.private_ip) out.private_ip = i.private_ip;
+    if (i.service_group_id) {
+      const g = await tx.groups.get(user.id, i.service_group_id);
+      if (g) out.service_group = await this.deps.groups.summary(tx, g);
+    }
+    out.volumes = (await tx.volumes.forInstance(i.id)).map((v) => ({
+      uuid: v.id,
+      name: v.name,
+      at: v.at,
+      readonly: v.readonly,
+    }));
+    out.network_interfaces = i.nic_id ? [{ uuid: i.nic_id, private_ip: i.private_ip, mac: i.mac }] : [];
+    if (i.features.length > 0) out.features = i.features;
+    return out;
+  }
+
+  async get(user: UserRec, t: Target): Promise<Record<string, unknown>> {
+    return this.store.read(async (tx) => this.view(tx, user, await findInstance(tx, user, t)));
+  }
+
+  async list(user: UserRec, state?: InstanceState): Promise<{ uuid: string; name: string }[]> {
+    const rows = await this.store.read((tx) => tx.instances.listIds(user.id, state));
+    return rows.map((r) => ({ uuid: r.id, name: r.name }));
+  }
+
+  /**
+   * Moves an instance towards running (PUT start, autostart). Allowed in
+   * every state; does nothing when it is already starting or running. A
+   * manual start aborts a restart back-off sequence.
+   */
+  async startInTx(tx: Tx, user: UserRec, inst: InstanceRec, manual: boolean): Promise<InstanceRec> {
+    const patch: Partial<InstanceRec> = { desired: 'running', stop_request: null };
+    if (manual) Object.assign(patch, { restart_attempt: 0, restart_next_at: null });
+    const to = nextState(inst.state, 'start');
+    if (to) {
+      if (!isLive(inst.state)) await assertQuota(tx, this.deps.config, user, { live_instances: 1, live_memory_mb: inst.memory_mb });
+      patch.state = to;
+    }
+    await tx.instances.update(inst.id, patch);
+    return { ...inst, ...patch };
+  }
+
+  async start(user: UserRec, t: Target, waitMs: number | undefined, signal?: AbortSignal) {
+    const { before, after } = await this.store.tx(async (tx) => {
+      const inst = await findInstance(tx, user, t);
+      return { before: inst, after: await this.startInTx(tx, user, inst, true) };
+    });
+    let state = after.state;
+    const timeout = this.timeout(waitMs, 0);
+    if (timeout > 0) {
+      const reached = await this.waitState(after.id, ['running'], timeout, signal);
+      state = reached?.state ?? (await this.store.read(async (tx) => (await tx.instances.get(user.id, after.id))?.state)) ?? state;
+    }
+    return { uuid: after.id, name: after.name, state, previous_state: before.state };
+  }
+
+  /** PUT stop: records the stop request; the controller performs it. Does not block. */
+  async stop(user: UserRec, t: Target, p: StopParams) {
+    return this.store.tx(async (tx) => {
+      const inst = await findInstance(tx, user, t);
+      const drainMs = p.drain_timeout_ms === undefined ? 0 : this.timeout(p.drain_timeout_ms, 0);
+      const trigger: InstanceTrigger = p.force ? 'stop-force' : drainMs > 0 ? 'stop-drain' : 'stop';
+      const to = nextState(inst.state, trigger);
+      // A manual stop always aborts a restart sequence, even on a stopped instance.
+      const patch: Partial<InstanceRec> = { desired: 'stopped', restart_attempt: 0, restart_next_at: null };
+      if (to) {
+        patch.state = to;
+        patch.stop_request = {
+          force: p.force ?? false,
+          drain_until: trigger === 'stop-drain' ? this.deps.clock.now() + drainMs : null,
+          by: 'user',
+        };
+        if (to === 'stopped') Object.assign(patch, this.stoppedFields(inst, p.force ? 28 : 15));
+      }
+      await tx.instances.update(inst.id, patch);
+      return { uuid: inst.id, name: inst.name, state: patch.state ?? inst.state, previous_state: inst.state };
+    });
+  }
+
+  /** Fields of an instance that stops without a VM (standby → stopped). */
+  private stoppedFields(inst: InstanceRec, reason: number): Partial<InstanceRec> {
+    return { stop_reason: reason, stopped_at: new Date(this.deps.clock.now()).toISOString(), exit_code: null, stop_code: null };
+  }
+
+  /** DELETE: removes the record at once; the controller force-stops the VM and frees its resources. */
+  async delete(user: UserRec, t: Target) {
+    return this.store.tx(async (tx) => {
+      const inst = await findInstance(tx, user, t);
+      await this.deleteInTx(tx, user, inst);
+      return { uuid: inst.id, name: inst.name, previous_state: inst.state };
+    });
+  }
+
+  async deleteInTx(tx: Tx, user: UserRec, inst: InstanceRec): Promise<void> {
+    await this.deps.autoscale.onInstanceDeletedInTx(tx, user, inst);
+    await this.deps.volumes.onInstanceDeletedInTx(tx, user, inst);
+    await tx.instances.delete(inst.id);
+    if (inst.service_group_id) await this.deps.groups.onInstanceRemovedInTx(tx, user, inst.service_group_id);
+  }
+
+  /** POST /v1/instances: one entry per created instance (replicas included). */
+  async create(user: UserRec, p: CreateParams, signal?: AbortSignal): Promise<Record<string, unknown>[]> {
+    const { instances, summary } = await this.store.tx(async (tx) => {
+      const r = await createInTx(this.deps, tx, user, p);
+      return { instances: r.instances, summary: r.group ? await this.deps.groups.summary(tx, r.group) : null };
+    });
+    const timeout = p.autostart ? this.timeout(p.wait_timeout_ms, 0) : 0;
+    const deadline = this.deps.clock.now() + timeout;
+    const out: Record<string, unknown>[] = [];
+    for (const inst of instances) {
+      let state = inst.state;
+      let boot: number | null = null;
+      if (timeout > 0) {
+        await this.waitState(inst.id, ['running'], Math.max(0, deadline - this.deps.clock.now()), signal);
+        const now = await this.store.read((tx) => tx.instances.getAny(inst.id));
+        state = now?.state ?? state;
+        boot = now?.boot_time_us ?? null;
+      }
+      const e: Record<string, unknown> = {
+        state,
+        uuid: inst.id,
+        name: inst.name,
+        private_fqdn: `${inst.name}.internal`,
+        private_ip: inst.private_ip,
+      };
+      if (summary) e.service_group = summary;
+      if (timeout > 0 && boot !== null) e.boot_time_us = boot;
+      out.push(e);
+    }
+    return out;
+  }
+
+  /** GET log: a chunk of the console log with the spec's offset/limit semantics. */
+  async log(user: UserRec, t: Target, offset: number, limit: number) {
+    const inst = await this.store.read((tx) => findInstance(tx, user, t));
+    const r = new ConsoleLog(this.deps.paths.instance(inst.id)).read(offset, Math.min(limit, this.deps.config.maxLogChunk));
+    return {
+      uuid: inst.id,
+      name: inst.name,
+      output: r.output.toString('base64'),
+      available: r.available,
+      range: r.range,
+    };
+  }
+
+  /**
+   * GET wait: resolves each target when it reaches `state`; all targets
+   * share one deadline. A target that times out gets a TimedOut error entry.
+   */
+  async wait(user: UserRec, t: Target, state: InstanceState, timeoutMs: number, signal?: AbortSignal) {
+    const inst = await this.store.read((tx) => findInstance(tx, user, t));
+    const r = await this.waitState(inst.id, [state], timeoutMs, signal);
+    if (!r) throw err('UH_TIMEOUT', `instance '${inst.name}' did not reach state '${state}' within ${timeoutMs} ms`);
+    if (r.state === undefined) throw err('UH_NOT_FOUND', `instance '${inst.name}' was deleted while waiting`);
+    return { uuid: inst.id, name: inst.name, state: r.state };
+  }
+
+  /** Resolves when the instance is in one of `states`; undefined on timeout, abort or deletion. */
+  waitState(id: string, states: InstanceState[], timeoutMs: number, signal?: AbortSignal) {
+    return waitForChange(
+      this.store,
+      'instance',
+      id,
+      async () => {
+        const rec = await this.store.read((tx) => tx.instances.getAny(id));
+        if (!rec) return { state: undefined as InstanceState | undefined };
+        return states.includes(rec.state) ? { state: rec.state as InstanceState | undefined } : undefined;
+      },
+      timeoutMs,
+      signal,
+    );
+  }
+}
+

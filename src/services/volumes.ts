@@ -1,0 +1,161 @@
+import { randomUUID } from 'node:crypto';
+import type { Target } from '../api/endpoint.js';
+import { volumeDefaultName } from '../domain/names.js';
+import { err } from '../errors.js';
+import type { InstanceRec, Tx, UserRec, VolumeRec, VolumeState } from '../store/types.js';
+import type { Deps } from './index.js';
+import { findInstance } from './instances.js';
+import { assertQuota, effectiveQuotas } from './users.js';
+
+export async function findVolume(tx: Tx, user: UserRec, t: { uuid?: string; name?: string }): Promise<VolumeRec> {
+  const v = t.uuid !== undefined ? await tx.volumes.get(user.id, t.uuid) : await tx.volumes.getByName(user.id, t.name ?? '');
+  if (!v) throw err('UH_NOT_FOUND', t.uuid !== undefined ? `No volume with UUID '${t.uuid}'` : `No volume with name '${t.name}'`);
+  return v;
+}
+
+/** Mount path rules: absolute, no `.`/`..` components, no colons (api-v1.md, PUT attach). */
+export function checkMountPath(at: string): void {
+  if (!at.startsWith('/')) throw err('UH_INVALID', `mount path '${at}' must be absolute`);
+  if (at.includes(':')) throw err('UH_INVALID', `mount path '${at}' must not contain colons`);
+  if (at.split('/').some((c) => c === '.' || c === '..')) throw err('UH_INVALID', `mount path '${at}' must not contain '.' or '..' components`);
+  if (at === '/') throw err('UH_INVALID', "mount path must not be '/'");
+  if (/[\s"'\\[\]]/.test(at)) throw err('UH_INVALID', `mount path '${at}' must not contain whitespace, quotes, backslashes or brackets`);
+}
+
+/** Persistent volumes: records here, image files by the volumes reconciler. */
+export class VolumeService {
+  constructor(private readonly deps: Deps) {}
+
+  async createInTx(tx: Tx, user: UserRec, p: { name?: string; size_mb: number }, persistent: boolean): Promise<VolumeRec> {
+    const { limits } = effectiveQuotas(this.deps.config, user);
+    if (p.size_mb < limits.min_volume_mb || p.size_mb > limits.max_volume_mb) {
+      throw err('UH_LIMIT', `size_mb ${p.size_mb} is outside the account limits [${limits.min_volume_mb}, ${limits.max_volume_mb}]`);
+    }
+    await assertQuota(tx, this.deps.config, user, { volumes: 1, total_volume_mb: p.size_mb });
+    const name = p.name ?? volumeDefaultName();
+    if (await tx.volumes.getByName(user.id, name)) throw err('UH_EXISTS', `a volume named '${name}' already exists`);
+    const v: VolumeRec = {
+      id: randomUUID(),
+      user_id: user.id,
+      name,
+      created_at: new Date(this.deps.clock.now()).toISOString(),
+      size_mb: p.size_mb,
+      state: 'initializing',
+      persistent,
+      instance_id: null,
+      at: null,
+      readonly: false,
+      message: null,
+    };
+    await tx.volumes.insert(v);
+    return v;
+  }
+
+  async resolveInTx(tx: Tx, user: UserRec, t: { uuid?: string; name?: string }): Promise<VolumeRec> {
+    if (t.uuid !== undefined && t.name !== undefined) throw err('UH_NOT_BOTH', "volume: give either 'uuid' or 'name', not both");
+    if (t.uuid === undefined && t.name === undefined) throw err('UH_MISSING_ID', "volume: 'uuid', 'name' or 'size_mb' is required");
+    return findVolume(tx, user, t);
+  }
+
+  /**
+   * Attaches inside `tx`. A volume created in the same transaction may still
+   * be initializing; any other must be `available`. The instance must be
+   * stopped (or being created) and have no volume yet.
+   */
+  async attachInTx(
+    tx: Tx,
+    v: VolumeRec,
+    inst: InstanceRec,
+    at: string,
+    readonly: boolean,
+    creating = false,
+  ): Promise<void> {
+    checkMountPath(at);
+    const fresh = creating && v.state === 'initializing' && v.instance_id === null && !v.persistent;
+    if (v.state !== 'available' && !fresh) throw err('UH_WRONG_STATE', `volume '${v.name}' is ${v.state}, not available`);
+    if (v.instance_id !== null) throw err('UH_ATTACHED', `volume '${v.name}' is already attached`);
+    if (inst.state !== 'stopped' && !creating) {
+      throw err('UH_WRONG_STATE', `instance '${inst.name}' is ${inst.state}; volumes attach only to stopped instances`);
+    }
+    if ((await tx.volumes.forInstance(inst.id)).length > 0) throw err('UH_ATTACHED', `instance '${inst.name}' already has a volume`);
+    const state: VolumeState = v.state === 'available' ? 'idle' : v.state;
+    await tx.volumes.update(v.id, { instance_id: inst.id, at, readonly, state });
+  }
+
+  async create(user: UserRec, p: { name?: string; size_mb: number }) {
+    const v = await this.deps.store.tx((tx) => this.createInTx(tx, user, p, true));
+    return { uuid: v.id, name: v.name };
+  }
+
+  view(v: VolumeRec, details: boolean, all: boolean): Record<string, unknown> {
+    const out: Record<string, unknown> = { uuid: v.id, name: v.name, state: v.state };
+    if (!details) return out;
+    out.size_mb = v.size_mb;
+    if (!all) out.attached_to = v.instance_id ? [{ uuid: v.instance_id }] : [];
+    out.persistent = v.persistent;
+    out.created_at = v.created_at;
+    if (v.state === 'error' && v.message) out.message = v.message;
+    return out;
+  }
+
+  async get(user: UserRec, t: Target, details: boolean) {
+    return this.deps.store.read(async (tx) => this.view(await findVolume(tx, user, t), details, false));
+  }
+
+  async all(user: UserRec, details: boolean) {
+    return this.deps.store.read(async (tx) => (await tx.volumes.list(user.id)).map((v) => this.view(v, details, true)));
+  }
+
+  async attach(user: UserRec, t: Target, p: { attach_to: { uuid?: string; name?: string }; at: string; readonly?: boolean }) {
+    return this.deps.store.tx(async (tx) => {
+      const v = await findVolume(tx, user, t);
+      const a = p.attach_to;
+      if (a.uuid !== undefined && a.name !== undefined) throw err('UH_NOT_BOTH', "attach_to: give either 'uuid' or 'name', not both");
+      if (a.uuid === undefined && a.name === undefined) throw err('UH_MISSING_ID', "attach_to: 'uuid' or 'name' is required");
+      const inst = await findInstance(tx, user, a.uuid !== undefined ? { uuid: a.uuid } : { name: a.name! });
+      await this.attachInTx(tx, v, inst, p.at, p.readonly ?? false);
+      return { uuid: v.id, name: v.name };
+    });
+  }
+
+  async detach(user: UserRec, t: Target) {
+    return this.deps.store.tx(async (tx) => {
+      const v = await findVolume(tx, user, t);
+      if (!v.instance_id) throw err('UH_NOT_ATTACHED', `volume '${v.name}' is not attached`);
+      const inst = await tx.instances.get(user.id, v.instance_id);
+      if (inst && inst.state !== 'stopped') throw err('UH_WRONG_STATE', `instance '${inst.name}' is ${inst.state}, not stopped`);
+      await this.detachInTx(tx, v);
+      return { uuid: v.id, name: v.name };
+    });
+  }
+
+  /** Detaching makes a volume created with an instance persistent. */
+  private async detachInTx(tx: Tx, v: VolumeRec): Promise<void> {
+    const state: VolumeState = v.state === 'idle' || v.state === 'mounted' ? 'available' : v.state;
+    await tx.volumes.update(v.id, { instance_id: null, at: null, readonly: false, state, persistent: true });
+  }
+
+  async delete(user: UserRec, t: Target) {
+    return this.deps.store.tx(async (tx) => {
+      const v = await findVolume(tx, user, t);
+      if (v.instance_id) throw err('UH_ATTACHED', `volume '${v.name}' is still attached to an instance`);
+      await tx.volumes.delete(v.id);
+      return { uuid: v.id, name: v.name };
+    });
+  }
+
+  async list(user: UserRec, f: { persistent?: boolean; state?: VolumeState }) {
+    const where: Partial<VolumeRec> = {};
+    if (f.persistent !== undefined) where.persistent = f.persistent;
+    if (f.state !== undefined) where.state = f.state;
+    return this.deps.store.read(async (tx) => (await tx.volumes.list(user.id, where)).map((v) => ({ uuid: v.id, name: v.name })));
+  }
+
+  /** Deleting an instance detaches persistent volumes and deletes the others. */
+  async onInstanceDeletedInTx(tx: Tx, _user: UserRec, inst: InstanceRec): Promise<void> {
+    for (const v of await tx.volumes.forInstance(inst.id)) {
+      if (v.persistent) await this.detachInTx(tx, v);
+      else await tx.volumes.delete(v.id);
+    }
+  }
+}

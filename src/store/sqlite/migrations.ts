@@ -1,0 +1,144 @@
+/**
+ * Versioned schema migrations. Each entry runs once, in order, inside a
+ * transaction; `PRAGMA user_version` records the last one applied. Never
+ * edit a released migration: append a new one.
+ */
+export const MIGRATIONS: string[] = [
+  /* 1: initial schema */ `
+  CREATE TABLE users (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    developer INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL,
+    quotas TEXT NOT NULL DEFAULT '{}'
+  );
+  CREATE TABLE tokens (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    secret_hash TEXT NOT NULL,
+    created_at TEXT NOT NULL
+  );
+  CREATE INDEX tokens_user ON tokens(user_id);
+
+  CREATE TABLE service_groups (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL REFERENCES users(id),
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    persistent INTEGER NOT NULL,
+    services TEXT NOT NULL DEFAULT '[]',
+    UNIQUE (user_id, name)
+  );
+
+  CREATE TABLE certificates (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL REFERENCES users(id),
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    common_name TEXT NOT NULL,
+    state TEXT NOT NULL,
+    validation_attempt INTEGER NOT NULL DEFAULT 0,
+    validation_next TEXT,
+    subject TEXT,
+    issuer TEXT,
+    serial_number TEXT,
+    not_before TEXT,
+    not_after TEXT,
+    message TEXT,
+    UNIQUE (user_id, name)
+  );
+
+  CREATE TABLE domains (
+    fqdn TEXT PRIMARY KEY,
+    group_id TEXT NOT NULL REFERENCES service_groups(id) ON DELETE CASCADE,
+    user_id TEXT NOT NULL REFERENCES users(id),
+    certificate_id TEXT REFERENCES certificates(id)
+  );
+  CREATE INDEX domains_group ON domains(group_id);
+  CREATE INDEX domains_cert ON domains(certificate_id);
+
+  CREATE TABLE instances (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL REFERENCES users(id),
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    image TEXT NOT NULL,
+    image_ref TEXT NOT NULL,
+    memory_mb INTEGER NOT NULL,
+    args TEXT NOT NULL DEFAULT '[]',
+    env TEXT NOT NULL DEFAULT '{}',
+    features TEXT NOT NULL DEFAULT '[]',
+    restart_policy TEXT NOT NULL,
+    state TEXT NOT NULL,
+    desired TEXT NOT NULL,
+    stop_request TEXT,
+    start_count INTEGER NOT NULL DEFAULT 0,
+    started_at TEXT,
+    stopped_at TEXT,
+    uptime_ms INTEGER NOT NULL DEFAULT 0,
+    boot_time_us INTEGER,
+    stop_reason INTEGER,
+    exit_code INTEGER,
+    stop_code INTEGER,
+    vmm_start_time_us INTEGER,
+    vmm_load_time_us INTEGER,
+    vmm_ready_time_us INTEGER,
+    net_time_us INTEGER,
+    restart_attempt INTEGER NOT NULL DEFAULT 0,
+    restart_next_at TEXT,
+    restart_count INTEGER NOT NULL DEFAULT 0,
+    service_group_id TEXT REFERENCES service_groups(id),
+    private_ip TEXT UNIQUE,
+    mac TEXT UNIQUE,
+    nic_id TEXT,
+    autoscale_group_id TEXT,
+    runtime TEXT NOT NULL DEFAULT '{}',
+    UNIQUE (user_id, name)
+  );
+  CREATE INDEX instances_user ON instances(user_id);
+  CREATE INDEX instances_group ON instances(service_group_id);
+
+  CREATE TABLE volumes (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL REFERENCES users(id),
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    size_mb INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    persistent INTEGER NOT NULL,
+    instance_id TEXT UNIQUE REFERENCES instances(id),
+    at TEXT,
+    readonly INTEGER NOT NULL DEFAULT 0,
+    message TEXT,
+    UNIQUE (user_id, name)
+  );
+
+  CREATE TABLE autoscale (
+    group_id TEXT PRIMARY KEY REFERENCES service_groups(id) ON DELETE CASCADE,
+    user_id TEXT NOT NULL REFERENCES users(id),
+    enabled INTEGER NOT NULL,
+    min_size INTEGER NOT NULL,
+    max_size INTEGER NOT NULL,
+    warmup_time_ms INTEGER NOT NULL,
+    cooldown_time_ms INTEGER NOT NULL,
+    master_id TEXT NOT NULL UNIQUE REFERENCES instances(id),
+    policies TEXT NOT NULL DEFAULT '[]'
+  );
+
+  CREATE TABLE images (
+    digest TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    size_in_bytes INTEGER NOT NULL,
+    initrd INTEGER NOT NULL,
+    args TEXT NOT NULL,
+    kernel_args TEXT NOT NULL,
+    min_memory_mb INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL
+  );
+  CREATE TABLE tags (
+    ref TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    digest TEXT NOT NULL REFERENCES images(digest)
+  );
+  `,
+];

@@ -1,0 +1,295 @@
+/**
+ * Records kept by the store and the store interface. The SQLite
+ * implementation is the embedded default; every method is asynchronous so a
+ * PostgreSQL implementation (one transaction per `tx` on a pooled client) can
+ * satisfy the same interface. Invariants that must hold under concurrency are
+ * checked inside `tx` (which is serializable) or enforced by constraints.
+ */
+
+export type InstanceState = 'stopped' | 'starting' | 'running' | 'draining' | 'stopping' | 'standby';
+export type VolumeState = 'uninitialized' | 'initializing' | 'available' | 'idle' | 'mounted' | 'busy' | 'error';
+export type CertificateState = 'pending' | 'valid' | 'error';
+export type RestartPolicy = 'never' | 'always' | 'on-failure';
+
+export interface Hard {
+  instances: number;
+  live_instances: number;
+  live_memory_mb: number;
+  service_groups: number;
+  services: number;
+  volumes: number;
+  total_volume_mb: number;
+}
+export type Used = Hard;
+
+export interface Limits {
+  min_memory_mb: number;
+  max_memory_mb: number;
+  min_volume_mb: number;
+  max_volume_mb: number;
+  min_autoscale_size: number;
+  max_autoscale_size: number;
+}
+
+export interface QuotaOverrides {
+  hard?: Partial<Hard>;
+  limits?: Partial<Limits>;
+}
+
+export interface UserRec {
+  id: string;
+  name: string;
+  developer: boolean;
+  created_at: string;
+  quotas: QuotaOverrides;
+}
+
+export interface TokenRec {
+  id: string;
+  user_id: string;
+  /** hex sha256 of the token's secret part */
+  secret_hash: string;
+  created_at: string;
+}
+
+/** What the API asked for; reconcilers drive the host to match. */
+export type Desired = 'running' | 'stopped';
+
+export interface StopRequest {
+  force: boolean;
+  /** absolute deadline (ms since epoch) of a drain, or null */
+  drain_until: number | null;
+  /** 'user' for PUT stop, 'platform' for scale-to-zero and similar */
+  by: 'user' | 'platform';
+}
+
+export interface InstanceRec {
+  id: string;
+  user_id: string;
+  name: string;
+  created_at: string;
+  image: string;
+  image_ref: string;
+  memory_mb: number;
+  args: string[];
+  env: Record<string, string>;
+  features: string[];
+  restart_policy: RestartPolicy;
+  state: InstanceState;
+  desired: Desired;
+  stop_request: StopRequest | null;
+  start_count: number;
+  started_at: string | null;
+  stopped_at: string | null;
+  uptime_ms: number;
+  boot_time_us: number | null;
+  stop_reason: number | null;
+  exit_code: number | null;
+  stop_code: number | null;
+  vmm_start_time_us: number | null;
+  vmm_load_time_us: number | null;
+  vmm_ready_time_us: number | null;
+  net_time_us: number | null;
+  restart_attempt: number;
+  restart_next_at: string | null;
+  restart_count: number;
+  service_group_id: string | null;
+  private_ip: string | null;
+  mac: string | null;
+  nic_id: string | null;
+  /** group whose autoscaler created this instance (clones only) */
+  autoscale_group_id: string | null;
+  /** driver-owned runtime facts (pid, sockets) for adoption after restart */
+  runtime: Record<string, unknown>;
+}
+
+export interface ServiceEntry {
+  port: number;
+  destination_port: number;
+  handlers: string[];
+}
+
+export interface ServiceGroupRec {
+  id: string;
+  user_id: string;
+  name: string;
+  created_at: string;
+  persistent: boolean;
+  services: ServiceEntry[];
+}
+
+export interface DomainRec {
+  fqdn: string;
+  group_id: string;
+  user_id: string;
+  certificate_id: string | null;
+}
+
+export interface VolumeRec {
+  id: string;
+  user_id: string;
+  name: string;
+  created_at: string;
+  size_mb: number;
+  state: VolumeState;
+  persistent: boolean;
+  instance_id: string | null;
+  at: string | null;
+  readonly: boolean;
+  message: string | null;
+}
+
+export interface CertificateRec {
+  id: string;
+  user_id: string;
+  name: string;
+  created_at: string;
+  common_name: string;
+  state: CertificateState;
+  validation_attempt: number;
+  validation_next: string | null;
+  subject: string | null;
+  issuer: string | null;
+  serial_number: string | null;
+  not_before: string | null;
+  not_after: string | null;
+  message: string | null;
+}
+
+export interface StepRec {
+  lower_bound: number | null;
+  upper_bound: number | null;
+  adjustment: number;
+}
+
+export interface PolicyRec {
+  name: string;
+  type: 'step';
+  enabled: boolean;
+  metric: 'cpu';
+  adjustment_type: 'change' | 'exact' | 'percent';
+  steps: StepRec[];
+}
+
+export interface AutoscaleRec {
+  group_id: string;
+  user_id: string;
+  enabled: boolean;
+  min_size: number;
+  max_size: number;
+  warmup_time_ms: number;
+  cooldown_time_ms: number;
+  master_id: string;
+  policies: PolicyRec[];
+}
+
+export interface ImageRec {
+  digest: string;
+  /** 'official' or a user name */
+  namespace: string;
+  /** kernel, initrd and metadata come from the OCI layout; this row indexes it */
+  size_in_bytes: number;
+  initrd: boolean;
+  args: string;
+  kernel_args: string;
+  /** smallest guest memory the image boots with */
+  min_memory_mb: number;
+  created_at: string;
+}
+
+export interface TagRec {
+  /** full reference without digest: `app:tag` or `user/app:tag` */
+  ref: string;
+  namespace: string;
+  digest: string;
+}
+
+/** A table of records keyed by `id` and scoped by `user_id`. */
+export interface UserTable<T extends { id: string; user_id: string; name: string }> {
+  get(userId: string, id: string): Promise<T | undefined>;
+  getByName(userId: string, name: string): Promise<T | undefined>;
+  list(userId: string, where?: Partial<T>): Promise<T[]>;
+  insert(rec: T): Promise<void>;
+  update(id: string, patch: Partial<T>): Promise<void>;
+  delete(id: string): Promise<void>;
+}
+
+export interface Tx {
+  users: {
+    get(id: string): Promise<UserRec | undefined>;
+    getByName(name: string): Promise<UserRec | undefined>;
+    insert(rec: UserRec): Promise<void>;
+    update(id: string, patch: Partial<UserRec>): Promise<void>;
+    list(): Promise<UserRec[]>;
+  };
+  tokens: {
+    listForUser(userId: string): Promise<TokenRec[]>;
+    insert(rec: TokenRec): Promise<void>;
+  };
+  instances: UserTable<InstanceRec> & {
+    /** one instance of any user (reconcilers, waits) */
+    getAny(id: string): Promise<InstanceRec | undefined>;
+    /** every instance of every user (reconcilers) */
+    all(): Promise<InstanceRec[]>;
+    /** instances (of one user) attached to a group */
+    inGroup(groupId: string): Promise<InstanceRec[]>;
+    /** ids and names only, ordered by creation (list endpoint) */
+    listIds(userId: string, state?: InstanceState): Promise<{ id: string; name: string }[]>;
+    ipTaken(ip: string): Promise<boolean>;
+    /** private IP of the most recently created instance that has one */
+    lastIp(): Promise<string | undefined>;
+  };
+  groups: UserTable<ServiceGroupRec> & {
+    getAnyUser(id: string): Promise<ServiceGroupRec | undefined>;
+  };
+  domains: {
+    get(fqdn: string): Promise<DomainRec | undefined>;
+    forGroup(groupId: string): Promise<DomainRec[]>;
+    forCertificate(certId: string): Promise<DomainRec[]>;
+    insert(rec: DomainRec): Promise<void>;
+    deleteForGroup(groupId: string): Promise<void>;
+  };
+  volumes: UserTable<VolumeRec> & {
+    forInstance(instanceId: string): Promise<VolumeRec[]>;
+    all(): Promise<VolumeRec[]>;
+  };
+  certificates: UserTable<CertificateRec>;
+  autoscale: {
+    get(groupId: string): Promise<AutoscaleRec | undefined>;
+    forMaster(instanceId: string): Promise<AutoscaleRec | undefined>;
+    insert(rec: AutoscaleRec): Promise<void>;
+    update(groupId: string, patch: Partial<AutoscaleRec>): Promise<void>;
+    delete(groupId: string): Promise<void>;
+  };
+  images: {
+    get(digest: string): Promise<ImageRec | undefined>;
+    upsert(rec: ImageRec): Promise<void>;
+    list(): Promise<ImageRec[]>;
+    tags(): Promise<TagRec[]>;
+    tag(ref: string): Promise<TagRec | undefined>;
+    setTag(rec: TagRec): Promise<void>;
+  };
+  /** Current usage of one user's quotas, computed from the records. */
+  usage(userId: string): Promise<Used>;
+}
+
+export type ChangeKind = 'instance' | 'volume' | 'group' | 'certificate' | 'autoscale' | 'image' | 'user';
+
+export interface Change {
+  kind: ChangeKind;
+  id: string;
+}
+
+export interface Store {
+  /**
+   * Runs `fn` in one serializable read-write transaction. `fn` must not do
+   * I/O other than through `tx`. Changes are announced to `onChange`
+   * listeners after commit.
+   */
+  tx<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  /** Runs `fn` on a consistent snapshot; writes through it are refused. */
+  read<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  /** Subscribes to committed changes; returns the unsubscribe function. */
+  onChange(listener: (c: Change) => void): () => void;
+  close(): Promise<void>;
+}

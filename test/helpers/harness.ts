@@ -1,0 +1,83 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { request } from 'undici';
+import { DEFAULTS, type Config } from '../../src/config.js';
+import { startDaemon, type Controller, type Daemon } from '../../src/daemon.js';
+import type { Services } from '../../src/services/index.js';
+
+export interface Reply {
+  status: number;
+  body: any; // eslint-disable-line @typescript-eslint/no-explicit-any
+  text: string;
+}
+
+export interface Harness {
+  daemon: Daemon;
+  url: string;
+  dataDir: string;
+  /** creates a user and returns its token */
+  user(name: string, developer?: boolean): Promise<string>;
+  /** sends a request; `body` is JSON-encoded unless it is a string */
+  call(method: string, path: string, token: string | null, body?: unknown, headers?: Record<string, string>): Promise<Reply>;
+  close(): Promise<void>;
+}
+
+type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
+
+/**
+ * Starts a real daemon (real HTTP on port 0, real SQLite in a temp dir).
+ * `controllers` plugs background controllers in (e.g. the simulated machine
+ * controller of API tests, or the real QEMU one).
+ */
+export async function startHarness(
+  over: DeepPartial<Config> = {},
+  controllers?: (s: Services) => Controller[],
+): Promise<Harness> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'unihost-test-'));
+  const config: Config = {
+    ...DEFAULTS,
+    ...(over as Partial<Config>),
+    listen: '127.0.0.1:0',
+    dataDir,
+    defaultQuotas: {
+      hard: { ...DEFAULTS.defaultQuotas.hard, ...over.defaultQuotas?.hard },
+      limits: { ...DEFAULTS.defaultQuotas.limits, ...over.defaultQuotas?.limits },
+    },
+  };
+  const daemon = await startDaemon(config, {
+    logger: pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }),
+    controllers: controllers ? (s) => controllers(s) : undefined,
+  });
+  return {
+    daemon,
+    url: daemon.url,
+    dataDir,
+    async user(name, developer = false) {
+      return (await daemon.services.users.create(name, developer)).token;
+    },
+    async call(method, path, token, body, headers = {}) {
+      const h: Record<string, string> = { ...headers };
+      if (token !== null) h.authorization = `Bearer ${token}`;
+      let payload: string | undefined;
+      if (body !== undefined) {
+        payload = typeof body === 'string' ? body : JSON.stringify(body);
+        h['content-type'] ??= 'application/json';
+      }
+      const r = await request(daemon.url + path, { method: method as 'GET', headers: h, body: payload });
+      const text = await r.body.text();
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = undefined;
+      }
+      return { status: r.statusCode, body: parsed, text };
+    },
+    async close() {
+      await daemon.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
