@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +18,11 @@ export interface Harness {
   daemon: Daemon;
   url: string;
   dataDir: string;
+  /**
+   * Registers an image record (no kernel files) under `ref` (`app:tag` official,
+   * `user/app:tag` private) for control-plane tests; returns its digest.
+   */
+  image(ref: string, extra?: { min_memory_mb?: number; args?: string; kernel_args?: string; initrd?: boolean }): Promise<string>;
   /** creates a user and returns its token */
   user(name: string, developer?: boolean): Promise<string>;
   /** sends a request; `body` is JSON-encoded unless it is a string */
@@ -54,6 +60,25 @@ export async function startHarness(
     daemon,
     url: daemon.url,
     dataDir,
+    async image(ref, extra = {}) {
+      const digest = `sha256:${createHash('sha256').update(ref).digest('hex')}`;
+      const slash = ref.indexOf('/');
+      const namespace = slash >= 0 ? ref.slice(0, slash) : 'official';
+      await daemon.store.tx(async (tx) => {
+        await tx.images.upsert({
+          digest,
+          namespace,
+          size_in_bytes: 1234,
+          initrd: extra.initrd ?? false,
+          args: extra.args ?? '',
+          kernel_args: extra.kernel_args ?? '',
+          min_memory_mb: extra.min_memory_mb ?? 0,
+          created_at: new Date().toISOString(),
+        });
+        await tx.images.setTag({ ref, namespace, digest });
+      });
+      return digest;
+    },
     async user(name, developer = false) {
       return (await daemon.services.users.create(name, developer)).token;
     },

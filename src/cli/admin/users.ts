@@ -1,0 +1,84 @@
+import type { Command } from 'commander';
+import { loadConfig, type Config } from '../../config.js';
+import { createServices, pathsFor } from '../../services/index.js';
+import { SqliteStore } from '../../store/sqlite/index.js';
+import type { Hard, Limits } from '../../store/types.js';
+
+interface GlobalOpts {
+  dataDir?: string;
+  config?: string;
+}
+
+/** Opens the daemon's store directly (SQLite WAL allows this while the daemon runs). */
+export async function withServices<T>(o: GlobalOpts, fn: (s: ReturnType<typeof createServices>, c: Config) => Promise<T>): Promise<T> {
+  const config = loadConfig({ dataDir: o.dataDir, config: o.config });
+  const store = new SqliteStore(pathsFor(config.dataDir).db);
+  try {
+    return await fn(createServices(config, store), config);
+  } finally {
+    await store.close();
+  }
+}
+
+const HARD_KEYS: (keyof Hard)[] = ['instances', 'live_instances', 'live_memory_mb', 'service_groups', 'services', 'volumes', 'total_volume_mb'];
+const LIMIT_KEYS: (keyof Limits)[] = ['min_memory_mb', 'max_memory_mb', 'min_volume_mb', 'max_volume_mb', 'min_autoscale_size', 'max_autoscale_size'];
+
+function parseQuotaArgs(pairs: string[]): { hard: Partial<Hard>; limits: Partial<Limits> } {
+  const hard: Partial<Hard> = {};
+  const limits: Partial<Limits> = {};
+  for (const p of pairs) {
+    const m = /^([a-z_]+)=(\d+)$/.exec(p);
+    if (!m) throw new Error(`'${p}' is not KEY=NUMBER`);
+    const [, k, v] = m as unknown as [string, string, string];
+    if ((HARD_KEYS as string[]).includes(k)) hard[k as keyof Hard] = Number(v);
+    else if ((LIMIT_KEYS as string[]).includes(k)) limits[k as keyof Limits] = Number(v);
+    else throw new Error(`unknown quota '${k}' (known: ${[...HARD_KEYS, ...LIMIT_KEYS].join(', ')})`);
+  }
+  return { hard, limits };
+}
+
+export function registerAdmin(program: Command): void {
+  const admin = program
+    .command('admin')
+    .description('administer users, tokens and quotas (works on the data dir directly)')
+    .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR)')
+    .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)');
+  const user = admin.command('user').description('manage users');
+  user
+    .command('create <name>')
+    .description('create a user and print its bearer token (shown once)')
+    .option('--developer', 'grant developer permission (vmm_* and net_time_us fields)')
+    .option('--quiet', 'print only the token')
+    .action(async (name: string, o: { developer?: boolean; quiet?: boolean }) => {
+      await withServices(admin.opts(), async (s) => {
+        const { user: u, token } = await s.users.create(name, o.developer ?? false);
+        if (o.quiet) console.log(token);
+        else console.log(`created user '${u.name}' (${u.id})${u.developer ? ' with developer permission' : ''}\ntoken: ${token}\n\nexport UKC_TOKEN=${token}`);
+      });
+    });
+  user
+    .command('token <name>')
+    .description('issue another bearer token for a user')
+    .action(async (name: string) => {
+      await withServices(admin.opts(), async (s) => console.log(await s.users.newToken(name)));
+    });
+  user
+    .command('list')
+    .description('list users')
+    .action(async () => {
+      await withServices(admin.opts(), async (s) => {
+        for (const u of await s.users.list()) console.log(`${u.name}\t${u.id}\t${u.developer ? 'developer' : ''}`);
+      });
+    });
+  user
+    .command('quotas <name> [KEY=VALUE...]')
+    .description('show a user\'s quotas, or set some (e.g. live_instances=32 max_memory_mb=4096)')
+    .action(async (name: string, pairs: string[]) => {
+      await withServices(admin.opts(), async (s) => {
+        const over = parseQuotaArgs(pairs);
+        const u = pairs.length > 0 ? await s.users.setQuotas(name, over) : (await s.users.list()).find((x) => x.name === name.toLowerCase());
+        if (!u) throw new Error(`no user '${name}'`);
+        console.log(JSON.stringify(await s.users.quotas(u), null, 2));
+      });
+    });
+}

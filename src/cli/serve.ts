@@ -1,0 +1,35 @@
+import type { Command } from 'commander';
+import { loadConfig } from '../config.js';
+import { startDaemon } from '../daemon.js';
+import { defaultControllers } from '../controllers.js';
+
+/** `unihost serve`: runs the daemon in the foreground until SIGINT/SIGTERM. */
+export function registerServe(program: Command): void {
+  program
+    .command('serve')
+    .description('run the unihost daemon (API, reconcilers, gateway) in the foreground')
+    .option('--listen <host:port>', 'API listen address (env UNIHOST_LISTEN; default 127.0.0.1:7878)')
+    .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR; default /var/lib/unihost as root)')
+    .option('--metro <code>', 'metro code shown to users (env UNIHOST_METRO; default local)')
+    .option('--metro-domain <domain>', 'public domain of the metro (env UNIHOST_METRO_DOMAIN; default unihost.localhost)')
+    .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)')
+    .action(async (o: { listen?: string; dataDir?: string; metro?: string; metroDomain?: string; config?: string }) => {
+      const config = loadConfig(o);
+      const d = await startDaemon(config, { controllers: defaultControllers });
+      let closing = false;
+      const shutdown = (sig: string) => {
+        if (closing) return;
+        closing = true;
+        d.logger.info({ sig }, 'shutting down (running VMs keep running and are adopted on the next start)');
+        d.close().then(
+          () => process.exit(0),
+          (e: unknown) => {
+            d.logger.error({ err: e }, 'error during shutdown');
+            process.exit(1);
+          },
+        );
+      };
+      process.on('SIGINT', () => shutdown('SIGINT'));
+      process.on('SIGTERM', () => shutdown('SIGTERM'));
+    });
+}

@@ -1,0 +1,52 @@
+import type { Controller } from '../../src/daemon.js';
+import type { Services } from '../../src/services/index.js';
+import type { InstanceRec } from '../../src/store/types.js';
+
+/**
+ * A simulated machine controller for control-plane API tests only: it moves
+ * instances through their states at once (starting -> running, stopping or
+ * draining -> stopped) without booting anything, and marks new volumes
+ * available. Lifecycle tests with real VMs use the QEMU driver instead.
+ */
+export function simMachines(s: Services): Controller {
+  let off: (() => void) | null = null;
+  const step = async (id: string): Promise<void> => {
+    await s.store.tx(async (tx) => {
+      const i = await tx.instances.getAny(id);
+      if (!i) return;
+      const now = new Date(s.clock.now()).toISOString();
+      if (i.state === 'starting' && i.desired === 'running') {
+        await tx.instances.update(i.id, { state: 'running', start_count: i.start_count + 1, started_at: now, boot_time_us: 1000 });
+      } else if ((i.state === 'stopping' || i.state === 'draining') && i.desired === 'stopped') {
+        const r = i.stop_request;
+        const patch: Partial<InstanceRec> = {
+          state: 'stopped',
+          stopped_at: now,
+          stop_reason: r?.force ? 28 : r?.by === 'platform' ? 7 : 15,
+          exit_code: r?.force ? null : 0,
+          stop_code: r?.force ? null : 0,
+          stop_request: null,
+        };
+        if (i.features.includes('delete-on-stop')) await s.instances.deleteInTx(tx, (await tx.users.get(i.user_id))!, i);
+        else await tx.instances.update(i.id, patch);
+      }
+    });
+  };
+  const volume = async (id: string): Promise<void> => {
+    await s.store.tx(async (tx) => {
+      const v = (await tx.volumes.all()).find((x) => x.id === id);
+      if (v?.state === 'initializing') await tx.volumes.update(v.id, { state: v.instance_id ? 'idle' : 'available' });
+    });
+  };
+  return {
+    async start() {
+      off = s.store.onChange((c) => {
+        if (c.kind === 'instance') setImmediate(() => void step(c.id));
+        if (c.kind === 'volume') setImmediate(() => void volume(c.id));
+      });
+    },
+    async stop() {
+      off?.();
+    },
+  };
+}
