@@ -40,7 +40,7 @@ done
 say() { echo "boot-test: $*"; }
 die() { say "ERROR: $*"; exit 2; }
 [ "$(id -u)" = 0 ] || die "must run as root"
-for i in vmlinux exit.initrd panic.initrd echo.initrd burn.initrd http.initrd; do
+for i in vmlinux {exit,panic,echo,burn,http}.initrd {exit,panic,echo,burn,http}.json; do
 	[ -s "$OUT/$i" ] || die "$OUT/$i missing: run guest/build-images.sh first"
 done
 pk=()
@@ -76,11 +76,16 @@ host_tsc_khz() {
 }
 TSC_KHZ=$(host_tsc_khz)
 [ "${TSC_KHZ:-0}" -gt 0 ] || die "cannot determine the host TSC frequency"
-IMAGE_KARGS="console=ttyS0 quiet panic=-1 oops=panic"
+# image kernel_args from the metadata written by build-images.sh
+image_kargs() { sed -n 's/^  "kernel_args": "\(.*\)",$/\1/p' "$OUT/$1.json"; }
 ACCEL="tcg"
 [ "$TB_SIZE" != 0 ] && ACCEL="tcg,tb-size=$TB_SIZE"
 
-now_us() { local t=${EPOCHREALTIME/./}; echo "$t"; }
+# Polling without forking (the guest's vCPU shares 2 host cores with us):
+# $EPOCHREALTIME for time, `read -t` on a never-ready pipe as sleep.
+exec {SLEEPFD}<> <(:)
+_sleep() { read -rt "$1" -u "$SLEEPFD" _ 2>/dev/null; }
+now_us() { echo "${EPOCHREALTIME/./}"; }
 
 # start_vm NAME IMAGE "<platform args>" "<app args (already quoted)>" [extra qemu args...]
 # Sets VM_PID, VM_T0 (µs). Files: $WORK/NAME.{con,ctl,qmp,qemu}.
@@ -88,7 +93,7 @@ start_vm() {
 	local name=$1 image=$2 pargs=$3 aargs=$4; shift 4
 	local d=$WORK/$name
 	rm -f "$d".con "$d".ctl "$d".qmp "$d".qemu
-	local append="$IMAGE_KARGS tsc_early_khz=$TSC_KHZ${pargs:+ $pargs} --${aargs:+ $aargs}"
+	local append="$(image_kargs "$image") tsc_early_khz=$TSC_KHZ${pargs:+ $pargs} --${aargs:+ $aargs}"
 	local argv=(
 		"$QEMU" -name "unihost-test-$name"
 		-M microvm -accel "$ACCEL" -cpu max -smp 1 -m "$MEM"
@@ -101,7 +106,7 @@ start_vm() {
 		"$@"
 	)
 	printf '%q ' "${argv[@]}" >"$d.argv"
-	VM_T0=$(now_us)
+	VM_T0=${EPOCHREALTIME/./}
 	if [ -n "${VM_NETNS:-}" ]; then
 		ip netns exec "$VM_NETNS" "${argv[@]}" </dev/null >"$d.qemu" 2>&1 &
 	else
@@ -111,20 +116,37 @@ start_vm() {
 	PIDS+=("$VM_PID")
 }
 
-# wait_ctl NAME REGEX TIMEOUT_S: wait for a control line; sets LINE_T (µs).
-wait_ctl() {
-	local f=$WORK/$1.ctl re=$2 deadline=$(( $(now_us) + $3 * 1000000 ))
-	while [ "$(now_us)" -lt $deadline ]; do
-		if [ -f "$f" ] && grep -qE "$re" "$f"; then LINE_T=$(now_us); return 0; fi
-		kill -0 "$VM_PID" 2>/dev/null || { [ -f "$f" ] && grep -qE "$re" "$f" && { LINE_T=$(now_us); return 0; }; return 1; }
-		sleep 0.005
+# wait_file FILE REGEX TIMEOUT_S: wait until a line of FILE matches REGEX
+# (bash regex); sets LINE_T (µs) to when it was seen. Fails early if QEMU exited.
+wait_file() {
+	local f=$1 re=$2 deadline=$(( ${EPOCHREALTIME/./} + $3 * 1000000 )) fd line pending="" dead=0
+	while [ ! -f "$f" ]; do
+		kill -0 "$VM_PID" 2>/dev/null || return 1
+		[ "${EPOCHREALTIME/./}" -lt $deadline ] || return 1
+		_sleep 0.005
 	done
-	return 1
+	exec {fd}<"$f"
+	while :; do
+		if IFS= read -r line <&"$fd"; then
+			line=$pending$line; pending=""
+			if [[ ${line%$'\r'} =~ $re ]]; then LINE_T=${EPOCHREALTIME/./}; exec {fd}<&-; return 0; fi
+			continue
+		fi
+		pending+=$line
+		if [ $dead = 1 ] || [ "${EPOCHREALTIME/./}" -ge $deadline ]; then
+			[[ $pending =~ $re ]] && { LINE_T=${EPOCHREALTIME/./}; exec {fd}<&-; return 0; }
+			exec {fd}<&-; return 1
+		fi
+		kill -0 "$VM_PID" 2>/dev/null || dead=1   # one more pass after QEMU exited
+		_sleep 0.005
+	done
 }
+wait_ctl() { wait_file "$WORK/$1.ctl" "$2" "$3"; }
+wait_con() { wait_file "$WORK/$1.con" "$2" "$3"; }
 # wait_exit TIMEOUT_S: wait for QEMU to exit; sets VM_RC (124 = timeout, VM killed).
 wait_exit() {
-	local deadline=$(( $(now_us) + $1 * 1000000 ))
-	while kill -0 "$VM_PID" 2>/dev/null && [ "$(now_us)" -lt $deadline ]; do sleep 0.02; done
+	local deadline=$(( ${EPOCHREALTIME/./} + $1 * 1000000 ))
+	while kill -0 "$VM_PID" 2>/dev/null && [ "${EPOCHREALTIME/./}" -lt $deadline ]; do _sleep 0.01; done
 	if kill -0 "$VM_PID" 2>/dev/null; then
 		kill -KILL "$VM_PID"; wait "$VM_PID" 2>/dev/null; VM_RC=124
 	else
@@ -134,8 +156,20 @@ wait_exit() {
 # qmp NAME JSON...: run QMP commands (after qmp_capabilities), print replies.
 qmp() {
 	local sock=$WORK/$1.qmp; shift
-	{ echo '{"execute":"qmp_capabilities"}'; printf '%s\n' "$@"; sleep 0.3; } |
+	{ echo '{"execute":"qmp_capabilities"}'; printf '%s\n' "$@"; _sleep "${QMP_WAIT:-0.3}"; } |
 		timeout 5 socat - "UNIX-CONNECT:$sock" 2>/dev/null
+}
+
+# graceful_stop NAME: QMP system_powerdown, repeated every second until the
+# guest acknowledges with STOP (a press before acpid runs is lost).
+graceful_stop() {
+	local i
+	for i in 1 2 3 4 5 6 7 8 9 10; do
+		qmp "$1" '{"execute":"system_powerdown"}' >/dev/null
+		wait_ctl "$1" '^UNIHOST (STOP|SHUTDOWN)' 1 && return 0
+		kill -0 "$VM_PID" 2>/dev/null || return 1
+	done
+	return 1
 }
 
 # ---- reference mapping: guest events -> stop_reason / exit_code / stop_code ----
@@ -249,7 +283,7 @@ if [ "$RELIABILITY" -gt 0 ]; then
 				pss=$(awk '/^Pss:/ { s += $2 } END { print s }' /proc/$VM_PID/smaps 2>/dev/null)
 				priv=$(awk '/^Private_(Clean|Dirty):/ { s += $2 } END { print s }' /proc/$VM_PID/smaps 2>/dev/null)
 			fi
-			qmp $n '{"execute":"system_powerdown"}' >/dev/null
+			graceful_stop $n
 			wait_exit 30
 			derive $n "$VM_RC" user
 			if [ "$VM_RC" != 0 ] || [ "$STOP_REASON/${EXIT_CODE:-}" != 15/0 ]; then ok=0; fi
@@ -316,10 +350,9 @@ start_vm echo echo \
 	'hello "big   world" '"'"'say "hi"'"'"' --x' \
 	-drive "file=$WORK/vol.img,if=none,id=vol0,format=raw" -device virtio-blk-device,drive=vol0,serial=vol0
 wait_ctl echo '^UNIHOST READY' 60; t=$(boot_ms)
-for _ in $(seq 100); do has_con echo 'echo: running' && break; sleep 0.05; done
-t_stop=$(now_us)
-qmp echo '{"execute":"system_powerdown"}' >/dev/null
-wait_ctl echo '^UNIHOST STOP' 10; stop_ack_ms=$(( (LINE_T - t_stop) / 1000 ))
+wait_con echo 'echo: running' 10
+t_stop=${EPOCHREALTIME/./}
+graceful_stop echo; stop_ack_ms=$(( (LINE_T - t_stop) / 1000 ))
 wait_exit 30
 stop_ms=$(( ($(now_us) - t_stop) / 1000 ))
 check "echo: argv printed (spaces and quotes kept)" eval 'has_con echo "argv\[2\]=<big   world>" && has_con echo "argv\[3\]=<say \"hi\">" && has_con echo "argv\[4\]=<--x>" && has_con echo "argc=4"'
@@ -336,8 +369,8 @@ start_vm killed echo \
 	'env.vars=[ "IGNORE_SIGTERM=1" "ECHO_FILE=/ro/file.txt" ] vfs.fstab=[ "vol0:/ro:ext4:1::" ] unihost.stop_timeout=1' "x" \
 	-drive "file=$WORK/vol.img,if=none,id=vol0,format=raw,readonly=on" -device virtio-blk-device,drive=vol0,serial=vol0
 wait_ctl killed '^UNIHOST READY' 60; t=$(boot_ms)
-for _ in $(seq 100); do has_con killed 'echo: running' && break; sleep 0.05; done
-qmp killed '{"execute":"system_powerdown"}' >/dev/null
+wait_con killed 'echo: running' 10
+graceful_stop killed
 wait_exit 30
 check "killed: read-only volume refused the write" has_con killed 'echo: cannot write /ro/file.txt'
 check "killed: lines STOP KILLED 9 SHUTDOWN" eval 'has_ctl killed STOP && has_ctl killed "KILLED 9" && has_ctl killed SHUTDOWN && no_ctl killed EXIT'
@@ -379,7 +412,7 @@ if ip netns add "$NETNS" 2>/dev/null; then
 	first_byte_ms=$(( ($(now_us) - VM_T0) / 1000 ))
 	check "http: page served ($body)" eval '[[ "$body" == "hello from unihost http"* ]]'
 	check "http: address printed" has_con http 'http: listening on 10.213.0.2:8080'
-	qmp http '{"execute":"system_powerdown"}' >/dev/null
+	graceful_stop http
 	wait_exit 30
 	check "http: lines EXIT 0 SHUTDOWN, qemu 0" eval 'has_ctl http "EXIT 0" && has_ctl http SHUTDOWN && [ "$VM_RC" = 0 ]'
 	expect_stop http "$VM_RC" user 15 0 0; result http "$t"; show http
@@ -389,7 +422,28 @@ else
 	check "http: network namespace (ip netns add)" false
 fi
 
-# 9. forced stop: QMP quit -> 28 (host-side only)
+# 9. stop requested during boot (as soon as init runs). A power-button press
+# before acpid runs is lost, so graceful_stop repeats it: depending on timing
+# the app never starts (INIT STOP SHUTDOWN -> 13) or is stopped normally (15).
+start_vm early echo "" ""
+wait_ctl early '^UNIHOST INIT' 60
+for _ in $(seq 100); do   # press every 100 ms until acknowledged
+	QMP_WAIT=0.05 qmp early '{"execute":"system_powerdown"}' >/dev/null
+	has_ctl early '(STOP|SHUTDOWN)' && break
+	kill -0 "$VM_PID" 2>/dev/null || break
+	_sleep 0.1
+done
+wait_exit 30
+if no_ctl early READY; then
+	check "early: lines INIT STOP SHUTDOWN, no READY/EXIT, qemu 0" eval 'has_ctl early "INIT.*" && has_ctl early STOP && has_ctl early SHUTDOWN && no_ctl early "EXIT|KILLED" && [ "$VM_RC" = 0 ]'
+	expect_stop early "$VM_RC" user 13 "" 0; result early "-"; say "early: stop arrived before READY"
+else
+	check "early: lines READY STOP EXIT 0 SHUTDOWN, qemu 0" eval 'has_ctl early STOP && has_ctl early "EXIT 0" && has_ctl early SHUTDOWN && [ "$VM_RC" = 0 ]'
+	expect_stop early "$VM_RC" user 15 0 0; result early "-"; say "early: stop arrived after READY (first press lost before acpid ran)"
+fi
+show early
+
+# 10. forced stop: QMP quit -> 28 (host-side only)
 start_vm forced echo "" ""
 wait_ctl forced '^UNIHOST READY' 60; t=$(boot_ms)
 qmp forced '{"execute":"quit"}' >/dev/null

@@ -32,7 +32,9 @@ MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_p
 
 # Kernel args baked into every image. console=ttyS0: first UART is the log.
 # panic=-1 + oops=panic: any oops/panic reboots at once, QEMU -no-reboot exits.
-KERNEL_ARGS="console=ttyS0 quiet panic=-1 oops=panic"
+# mitigations=off cryptomgr.notests: ~0.3-0.5 s faster boots under TCG
+# (single-application test VMs; nothing to protect from each other inside).
+KERNEL_ARGS="console=ttyS0 quiet panic=-1 oops=panic mitigations=off cryptomgr.notests"
 
 log() { echo "build-images: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -99,6 +99,12 @@ export const ERROR_CODES = {
   UH_AUTOSCALE_DISABLED: { http: 403, api: ApiErrorNumber.AutoscaleDisabled, doc: 'Autoscale is disabled.' },
   /** Autoscale size outside the account limits. */
   UH_AUTOSCALE_SIZE: { http: 400, api: ApiErrorNumber.AutoscaleSizeOOR, doc: 'Autoscale size out of range.' },
+  /** A certificate named for a domain does not cover it (common name mismatch). */
+  UH_CERT_MISMATCH: {
+    http: 409,
+    api: ApiErrorNumber.CertCNMisMatch,
+    doc: 'The certificate does not cover the domain.',
+  },
   /** No free resource (addresses, ports) is left. */
   UH_NO_FREE: { http: 503, api: ApiErrorNumber.NoFree, doc: 'No free resource is left.' },
   /** The operation failed on the host. */

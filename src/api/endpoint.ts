@@ -32,6 +32,11 @@ export interface Entry<P> {
   pathUuid?: string;
 }
 
+/** A successful list already serialized as a JSON array (entries without `status`). */
+export class RawArray {
+  constructor(readonly json: string) {}
+}
+
 /** A per-entry result; `status: success` is added by the framework. */
 export type Result = Record<string, unknown>;
 
@@ -57,11 +62,17 @@ export interface EndpointDef<P extends TObject = TObject> {
   query?: TObject;
   /** whether the body may be an array of entries */
   batch: boolean;
+  /**
+   * Parameter rules that need no store (combinations, enumerations). Runs on
+   * every entry before any entry runs, so a bad entry aborts the whole batch
+   * with 400; throw `err('UH_INVALID', ...)`.
+   */
+  check?: (params: Static<P>) => void;
   /** run entries concurrently (wait) instead of one after another */
   concurrent?: boolean;
   handle?: (ctx: Ctx, entry: Entry<Static<P>>, query: Record<string, unknown>) => Promise<Result>;
   /** handles all entries at once and returns the `data` array (lists, wait) */
-  handleAll?: (ctx: Ctx, entries: Entry<Static<P>>[], query: Record<string, unknown>) => Promise<Result[]>;
+  handleAll?: (ctx: Ctx, entries: Entry<Static<P>>[], query: Record<string, unknown>) => Promise<Result[] | RawArray>;
   /** response entry schema, for the OpenAPI document */
   response: TSchema;
 }

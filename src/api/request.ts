@@ -1,11 +1,11 @@
 import { FormatRegistry, Kind, Type, type TObject, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import { checkName, POLICY_NAME_MAX } from '../domain/names.js';
-import { err } from '../errors.js';
+import { err, isUnihostError } from '../errors.js';
 import { NAME_FORMAT, POLICY_NAME_FORMAT, Name, Uuid, Opt } from './schemas/common.js';
 import type { EndpointDef, Entry, Target } from './endpoint.js';
 
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 FormatRegistry.Set('uuid', (v) => UUID_RE.test(v));
 FormatRegistry.Set(NAME_FORMAT, (v) => checkName(v).ok);
 FormatRegistry.Set(POLICY_NAME_FORMAT, (v) => checkName(v, POLICY_NAME_MAX).ok);
@@ -39,6 +39,11 @@ function describe(path: string, schema: TSchema, value: unknown, message: string
     if (r && !r.ok) return `${where}: name '${value}' is invalid: it ${r.why}`;
   }
   if (schema.format === 'uuid' && typeof value === 'string') return `${where}: '${value}' is not a valid UUID`;
+  if (message === 'Unexpected property' && schema[Kind] === 'Record') {
+    const at = path.lastIndexOf('/');
+    const custom = (schema as { errorMessage?: string }).errorMessage;
+    return `parameter '${path.slice(1, at).replace(/\//g, '.')}': key '${path.slice(at + 1)}' is not allowed${custom ? `: ${custom}` : ''}`;
+  }
   if (message === 'Unexpected property') return `unknown parameter '${path.slice(1).replace(/\//g, '.')}'`;
   const custom = (schema as { errorMessage?: string }).errorMessage;
   return `${where}: ${custom ?? message.charAt(0).toLowerCase() + message.slice(1)}`;
@@ -50,6 +55,17 @@ function validate(c: Compiled, value: unknown, index: number | null): void {
   const first = c.check.Errors(value).First();
   const msg = first ? describe(first.path, first.schema, first.value, first.message) : 'invalid body';
   throw err('UH_INVALID', index === null ? msg : `entry ${index}: ${msg}`);
+}
+
+/** Runs the endpoint's own parameter rules; prefixes the entry index in a batch. */
+function runCheck(def: EndpointDef, params: Record<string, unknown>, index: number | null): void {
+  if (!def.check) return;
+  try {
+    def.check(params);
+  } catch (e) {
+    if (index === null || !isUnihostError(e)) throw e;
+    throw err(e.code, `entry ${index}: ${e.message}`);
+  }
 }
 
 /** Lower-cases every value whose schema is a name, in place. */
@@ -76,7 +92,8 @@ function coerce(key: string, schema: TSchema | undefined, raw: string | string[]
       case 'integer':
       case 'number': {
         const n = Number(v);
-        if (v.trim() === '' || !Number.isFinite(n)) throw err('UH_INVALID', `query parameter '${key}': expected a number`);
+        if (v.trim() === '' || !Number.isFinite(n))
+          throw err('UH_INVALID', `query parameter '${key}': expected a number`);
         return n;
       }
       case 'boolean':
@@ -141,7 +158,10 @@ export function parseRequest(
   }
   const isArray = Array.isArray(body);
   if (isArray && (!def.batch || local)) {
-    throw err('UH_INVALID', local ? 'body: an array is not allowed in local scope' : 'body: an array is not allowed here');
+    throw err(
+      'UH_INVALID',
+      local ? 'body: an array is not allowed in local scope' : 'body: an array is not allowed here',
+    );
   }
   if (isArray && (body as unknown[]).length === 0) throw err('UH_INVALID', 'body: the array is empty');
 
@@ -164,7 +184,8 @@ export function parseRequest(
       r[k] = v;
     }
   }
-  if (local && (qTargets.length > 0 || raws.some((r) => 'uuid' in r || 'name' in r))) {
+  // Only targeting endpoints reserve uuid/name; others (autoscale policies) may take `name` as a parameter.
+  if (local && def.target === 'required' && (qTargets.length > 0 || raws.some((r) => 'uuid' in r || 'name' in r))) {
     throw err('UH_INVALID', "'uuid' and 'name' are not allowed in local scope: the path names the object");
   }
   if (local && !UUID_RE.test(pathUuid)) throw err('UH_INVALID', `path: '${pathUuid}' is not a valid UUID`);
@@ -184,8 +205,10 @@ export function parseRequest(
       else if (!allowsNoTarget(def)) {
         throw err('UH_MISSING_ID', `${many ? `entry ${i}: ` : ''}'uuid' or 'name' is required`);
       }
+      runCheck(def, rest, many ? i : null);
       return { target, params: rest, local, pathUuid };
     }
+    runCheck(def, raw, many ? i : null);
     return { target, params: raw, local, pathUuid };
   });
   return { entries, query, batch: many };

@@ -3,8 +3,8 @@ import type { FastifyBaseLogger as Logger } from 'fastify';
 import { isUnihostError, err, type UnihostError } from '../errors.js';
 import type { Services } from '../services/index.js';
 import type { UserRec } from '../store/types.js';
-import type { Ctx, EndpointDef, Entry, Result } from './endpoint.js';
-import { compile, parseRequest, type Compiled } from './request.js';
+import { RawArray, type Ctx, type EndpointDef, type Entry, type Result } from './endpoint.js';
+import { compile, parseRequest, UUID_RE, type Compiled } from './request.js';
 import { ENDPOINTS } from './routes/index.js';
 import { buildOpenApi } from './openapi.js';
 
@@ -29,6 +29,15 @@ function sendError(req: FastifyRequest, reply: FastifyReply, e: UnihostError): F
     status: 'error',
     message: e.message,
     errors: [{ status: e.http, message: e.message, error: e.api }],
+    op_time_us: opTime(req),
+  });
+}
+
+function noEndpoint(req: FastifyRequest, reply: FastifyReply): FastifyReply {
+  return reply.code(404).send({
+    status: 'error',
+    message: 'No API endpoint',
+    errors: [{ status: 404, message: 'No API endpoint', error: 3 }],
     op_time_us: opTime(req),
   });
 }
@@ -92,15 +101,22 @@ function expandIds(entries: Entry<Record<string, unknown>>[]): Entry<Record<stri
     if (e.target) throw err('UH_NOT_BOTH', `entry ${i}: give either 'ids' or a single target, not both`);
     if (ids.length === 0) throw err('UH_INVALID', `entry ${i}: 'ids' is empty`);
     return ids.map((t, k) => {
-      if (t.uuid !== undefined && t.name !== undefined) throw err('UH_NOT_BOTH', `ids[${k}]: give either 'uuid' or 'name', not both`);
-      if (t.uuid === undefined && t.name === undefined) throw err('UH_MISSING_ID', `ids[${k}]: 'uuid' or 'name' is required`);
+      if (t.uuid !== undefined && t.name !== undefined)
+        throw err('UH_NOT_BOTH', `ids[${k}]: give either 'uuid' or 'name', not both`);
+      if (t.uuid === undefined && t.name === undefined)
+        throw err('UH_MISSING_ID', `ids[${k}]: 'uuid' or 'name' is required`);
       const target = t.uuid !== undefined ? { uuid: t.uuid.toLowerCase() } : { name: t.name! };
       return { ...e, target };
     });
   });
 }
 
-async function runEntries(c: Compiled, ctx: Ctx, entries: Entry<Record<string, unknown>>[], q: Record<string, unknown>) {
+async function runEntries(
+  c: Compiled,
+  ctx: Ctx,
+  entries: Entry<Record<string, unknown>>[],
+  q: Record<string, unknown>,
+) {
   const def = c.def as EndpointDef;
   if (def.handleAll) return def.handleAll(ctx, entries, q);
   return each(ctx.log, entries, (e) => def.handle!(ctx, e, q), def.concurrent);
@@ -154,34 +170,44 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     return sendError(req, reply, err('UH_INTERNAL', 'internal error'));
   });
 
-  app.setNotFoundHandler((req, reply) =>
-    reply.code(404).send({
-      status: 'error',
-      message: 'No API endpoint',
-      errors: [{ status: 404, message: 'No API endpoint', error: 3 }],
-      op_time_us: opTime(req),
-    }),
-  );
+  app.setNotFoundHandler(noEndpoint);
+  // `GET /v1/instances/start` matches `/v1/instances/:uuid`; it is a wrong method on an existing path, not a bad UUID.
+  const staticPaths = new Set(ENDPOINTS.map((d) => d.path).filter((p) => !p.includes(':')));
+  const isOtherRoute = (req: FastifyRequest): boolean => staticPaths.has(req.url.split('?')[0]!.replace(/\/+$/, ''));
 
   for (const def of ENDPOINTS) {
     const c = compile(def as EndpointDef);
     const handler = async (req: FastifyRequest, reply: FastifyReply) => {
       const { uuid: pathUuid, ...pathParams } = req.params as Record<string, string>;
+      if (pathUuid !== undefined && !UUID_RE.test(pathUuid) && isOtherRoute(req)) return noEndpoint(req, reply);
       const parsed = parseRequest(c, req.body, req.query as Record<string, string | string[]>, pathUuid, pathParams);
-      const ac = new AbortController();
-      req.raw.once('close', () => {
-        if (!reply.sent) ac.abort();
-      });
+      let ac: AbortController | undefined;
       const ctx: Ctx = {
         user: req.user!,
         services,
         log: req.log,
-        signal: ac.signal,
+        // Created on first use: only blocking endpoints (wait, start, create) need it.
+        get signal() {
+          if (!ac) {
+            const a = (ac = new AbortController());
+            req.raw.once('close', () => {
+              if (!reply.sent) a.abort();
+            });
+          }
+          return ac.signal;
+        },
         each: (es, fn, concurrent) => each(req.log, es, fn, concurrent),
         entryError: (e, x) => entryError(e, x, req.log),
         expandIds,
       };
       const results = await runEntries(c, ctx, parsed.entries, parsed.query);
+      if (results instanceof RawArray) {
+        // Large lists come from the store as JSON text: splice it in instead of re-serializing.
+        const t = Number((process.hrtime.bigint() - req.t0) / 1000n);
+        return reply
+          .type('application/json; charset=utf-8')
+          .send(`{"status":"success","data":{"${def.plural}":${results.json}},"op_time_us":${t}}`);
+      }
       return reply.send(envelope(def.plural, results, req.t0));
     };
     app.route({ method: def.method, url: def.path, handler });
@@ -190,7 +216,11 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
 
   const doc = buildOpenApi(ENDPOINTS as EndpointDef[]);
   app.get('/v1/openapi.json', async () => doc);
-  app.get('/v1/healthz', async (req) => ({ status: 'success', data: { health: [{ status: 'success' }] }, op_time_us: opTime(req) }));
+  app.get('/v1/healthz', async (req) => ({
+    status: 'success',
+    data: { health: [{ status: 'success' }] },
+    op_time_us: opTime(req),
+  }));
   app.get('/', async (req) => ({ status: 'success', message: 'unihost API v1', op_time_us: opTime(req) }));
   return app as unknown as FastifyInstance;
 }

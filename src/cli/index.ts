@@ -1,5 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { registerAdmin } from './admin/users.js';
+import { registerImage } from './image/index.js';
 import { registerServe } from './serve.js';
 
 export function buildCli(): Command {
@@ -9,6 +10,7 @@ export function buildCli(): Command {
     .showHelpAfterError();
   registerServe(program);
   registerAdmin(program);
+  registerImage(program);
   return program;
 }
 

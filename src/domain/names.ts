@@ -5,28 +5,30 @@ export const NAME_MAX = 121;
 /** Maximum length of an autoscale policy name. */
 export const POLICY_NAME_MAX = 31;
 
-const LABEL = /^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$/;
+const BAD_CHAR = /[^a-z0-9.-]/;
 
 /**
  * Checks a name against the spec's rules (RFC 1035 labels, at most 121
- * characters, no trailing dot, no consecutive hyphens). Returns the
- * lower-cased name, or a message saying what is wrong.
+ * characters, no trailing dot, no consecutive hyphens or dots). Returns the
+ * lower-cased name, or a message saying what is wrong (completes "it ...").
  */
 export function checkName(raw: string, max = NAME_MAX): { ok: true; name: string } | { ok: false; why: string } {
   const name = raw.toLowerCase();
   if (name.length === 0) return { ok: false, why: 'must not be empty' };
-  if (name.length > max) return { ok: false, why: `must be at most ${max} characters` };
+  if (name.length > max) return { ok: false, why: `is ${name.length} characters long; at most ${max} are allowed` };
+  const bad = BAD_CHAR.exec(name);
+  if (bad) return { ok: false, why: `contains '${bad[0]}'; only letters, digits, hyphens and dots are allowed` };
   if (name.endsWith('.')) return { ok: false, why: 'must not end with a dot' };
+  if (name.includes('..')) return { ok: false, why: 'must not contain consecutive dots' };
   if (name.includes('--')) return { ok: false, why: 'must not contain consecutive hyphens' };
   for (const label of name.split('.')) {
-    if (label.length === 0) return { ok: false, why: 'must not contain empty labels (consecutive dots)' };
-    if (label.length > 63) return { ok: false, why: 'labels must be at most 63 characters' };
-    if (!LABEL.test(label)) {
-      return {
-        ok: false,
-        why: 'labels must start with a letter, end with a letter or digit, and hold only letters, digits and hyphens',
-      };
-    }
+    if (label.length === 0) return { ok: false, why: 'must not start with a dot' };
+    if (label.length > 63)
+      return { ok: false, why: `has a label of ${label.length} characters; labels are at most 63` };
+    if (!/^[a-z]/.test(label))
+      return { ok: false, why: `has a label starting with '${label[0]}'; labels must start with a letter` };
+    if (label.endsWith('-'))
+      return { ok: false, why: `has a label ending with '-'; labels must end with a letter or digit` };
   }
   return { ok: true, name };
 }
@@ -41,12 +43,56 @@ export function randomSuffix(n: number): string {
 }
 
 const WORDS_A = [
-  'amber', 'brave', 'calm', 'dapper', 'eager', 'fancy', 'gentle', 'happy', 'icy', 'jolly', 'keen', 'lively',
-  'merry', 'noble', 'odd', 'proud', 'quiet', 'rapid', 'silent', 'tidy', 'upbeat', 'vivid', 'witty', 'young',
+  'amber',
+  'brave',
+  'calm',
+  'dapper',
+  'eager',
+  'fancy',
+  'gentle',
+  'happy',
+  'icy',
+  'jolly',
+  'keen',
+  'lively',
+  'merry',
+  'noble',
+  'odd',
+  'proud',
+  'quiet',
+  'rapid',
+  'silent',
+  'tidy',
+  'upbeat',
+  'vivid',
+  'witty',
+  'young',
 ];
 const WORDS_B = [
-  'ant', 'bear', 'crane', 'dingo', 'eagle', 'falcon', 'gecko', 'heron', 'ibis', 'jaguar', 'koala', 'lynx',
-  'moose', 'newt', 'otter', 'panda', 'quail', 'raven', 'seal', 'tiger', 'urchin', 'viper', 'walrus', 'yak',
+  'ant',
+  'bear',
+  'crane',
+  'dingo',
+  'eagle',
+  'falcon',
+  'gecko',
+  'heron',
+  'ibis',
+  'jaguar',
+  'koala',
+  'lynx',
+  'moose',
+  'newt',
+  'otter',
+  'panda',
+  'quail',
+  'raven',
+  'seal',
+  'tiger',
+  'urchin',
+  'viper',
+  'walrus',
+  'yak',
 ];
 
 /** Service group default name: `<word>-<word>-<8 random>`. */

@@ -23,48 +23,69 @@ const ADJUSTMENT: Record<string, PolicyRec['adjustment_type']> = {
   percentage: 'percent',
 };
 
+const rule = (n: number, msg: string) => err('UH_INVALID', `step rule ${n}: ${msg}`);
+
+/** Checks one step alone: rules 1, 2 and 6. */
+function checkStep(s: StepIn, i: number): StepRec {
+  const lo = s.lower_bound ?? null;
+  const hi = s.upper_bound ?? null;
+  if (lo === null && hi === null) {
+    // Rule 2 speaks of explicit nulls, rule 6 of bounds left unspecified.
+    if (s.lower_bound === null && s.upper_bound === null)
+      throw rule(2, `steps[${i}]: lower_bound and upper_bound must not both be null`);
+    throw rule(6, `steps[${i}]: only one of lower_bound and upper_bound may be null or unspecified`);
+  }
+  if (lo !== null && hi !== null && lo >= hi)
+    throw rule(1, `steps[${i}]: lower_bound (${lo}) must be smaller than upper_bound (${hi})`);
+  return { lower_bound: lo, upper_bound: hi, adjustment: s.adjustment };
+}
+
+/** Checks two neighbouring steps: rules 4 (sorted), 3 (no overlap) and 5 (no gap). */
+function checkPair(prev: StepRec, cur: StepRec, i: number): void {
+  const pair = `steps[${i - 1}] and steps[${i}]`;
+  const lowOf = (s: StepRec) => s.lower_bound ?? -Infinity;
+  if (lowOf(cur) < lowOf(prev)) throw rule(4, `steps[${i}]: steps must be sorted ascending`);
+  if (prev.upper_bound === null || lowOf(cur) < prev.upper_bound) throw rule(3, `${pair} overlap`);
+  if (lowOf(cur) > prev.upper_bound) {
+    throw rule(5, `${pair} leave a gap between ${prev.upper_bound} and ${cur.lower_bound}`);
+  }
+}
+
 /**
  * The six step rules of api-v1.md (Autoscale policy). Throws UH_INVALID
  * naming the rule and the step index.
  */
 export function checkSteps(steps: StepIn[]): StepRec[] {
   if (steps.length === 0) throw err('UH_INVALID', 'steps: at least one step is required');
-  const out = steps.map((s, i): StepRec => {
-    const lo = s.lower_bound ?? null;
-    const hi = s.upper_bound ?? null;
-    if (lo === null && hi === null) throw err('UH_INVALID', `steps[${i}]: lower_bound and upper_bound must not both be null`);
-    if (lo !== null && hi !== null && lo >= hi) {
-      throw err('UH_INVALID', `steps[${i}]: lower_bound (${lo}) must be smaller than upper_bound (${hi})`);
-    }
-    return { lower_bound: lo, upper_bound: hi, adjustment: s.adjustment };
-  });
-  for (let i = 1; i < out.length; i++) {
-    const prev = out[i - 1]!;
-    const cur = out[i]!;
-    if (prev.upper_bound === null || cur.lower_bound === null) {
-      throw err('UH_INVALID', `steps[${i - 1}] and steps[${i}] overlap: only the first step may be unbounded below and only the last unbounded above`);
-    }
-    if (prev.lower_bound !== null && cur.lower_bound < prev.lower_bound) {
-      throw err('UH_INVALID', `steps[${i}]: steps must be sorted ascending`);
-    }
-    if (cur.lower_bound < prev.upper_bound) throw err('UH_INVALID', `steps[${i - 1}] and steps[${i}] overlap`);
-    if (cur.lower_bound > prev.upper_bound) {
-      throw err('UH_INVALID', `steps[${i - 1}] and steps[${i}] leave a gap between ${prev.upper_bound} and ${cur.lower_bound}`);
-    }
-  }
+  const out = steps.map(checkStep);
+  for (let i = 1; i < out.length; i++) checkPair(out[i - 1]!, out[i]!, i);
   return out;
 }
 
 /** Validates a policy and normalizes its wire aliases. */
 export function checkPolicy(p: PolicyIn): PolicyRec {
-  if (p.type !== 'step') throw err('UH_INVALID', `policy '${p.name}': type '${p.type}' is not supported (supported: step)`);
+  if (p.type !== 'step')
+    throw err('UH_INVALID', `policy '${p.name}': type '${p.type}' is not supported (supported: step)`);
   const metric = p.metric ?? 'cpu';
-  if (metric !== 'cpu') throw err('UH_INVALID', `policy '${p.name}': metric '${metric}' is not supported (supported: cpu)`);
+  if (metric !== 'cpu')
+    throw err('UH_INVALID', `policy '${p.name}': metric '${metric}' is not supported (supported: cpu)`);
   const adj = ADJUSTMENT[p.adjustment_type ?? 'change'];
   if (!adj) {
-    throw err('UH_INVALID', `policy '${p.name}': adjustment_type '${p.adjustment_type}' is not one of change, exact, percent`);
+    throw err(
+      'UH_INVALID',
+      `policy '${p.name}': adjustment_type '${p.adjustment_type}' is not one of change, exact, percent`,
+    );
   }
-  return { name: p.name, type: 'step', enabled: true, metric: 'cpu', adjustment_type: adj, steps: checkSteps(p.steps) };
+  const steps = checkSteps(p.steps);
+  // An exact adjustment is a target instance count: a negative one means nothing.
+  const negative = steps.findIndex((s) => s.adjustment < 0);
+  if (adj === 'exact' && negative >= 0) {
+    throw err(
+      'UH_INVALID',
+      `policy '${p.name}': steps[${negative}]: an exact adjustment is an instance count and must not be negative`,
+    );
+  }
+  return { name: p.name, type: 'step', enabled: true, metric: 'cpu', adjustment_type: adj, steps };
 }
 
 /** The step of `policy` whose [lower, upper) interval holds `value`, if any. */

@@ -1,4 +1,5 @@
 import type { Target } from '../api/endpoint.js';
+import { refTarget } from '../domain/refs.js';
 import { checkPolicy, type PolicyIn } from '../domain/steps.js';
 import { err } from '../errors.js';
 import type { AutoscaleRec, InstanceRec, PolicyRec, ServiceGroupRec, Tx, UserRec } from '../store/types.js';
@@ -18,6 +19,28 @@ export interface AutoscaleIn {
 
 export const AUTOSCALE_DEFAULTS = { min_size: 1, max_size: 4, warmup_time_ms: 1000, cooldown_time_ms: 1000 };
 
+/** Checks policies for one configuration: each valid, no name twice. */
+export function checkPolicies(policies: PolicyIn[]): PolicyRec[] {
+  const names = new Set<string>();
+  return policies.map((p) => {
+    if (names.has(p.name)) throw err('UH_INVALID', `policy '${p.name}' is given twice`);
+    names.add(p.name);
+    return checkPolicy(p);
+  });
+}
+
+/**
+ * What a create request says on its own (sizes in order, valid policies), so
+ * the route can refuse it with a 400 before any entry runs.
+ */
+export function checkAutoscaleParams(p: AutoscaleIn): void {
+  const min = p.min_size ?? AUTOSCALE_DEFAULTS.min_size;
+  const max = p.max_size ?? AUTOSCALE_DEFAULTS.max_size;
+  if (min > max) throw err('UH_INVALID', `min_size (${min}) must not be larger than max_size (${max})`);
+  refTarget(p.master, 'master');
+  checkPolicies(p.policies ?? []);
+}
+
 /** Autoscale configuration and policies of a service group. The autoscaler reconciler acts on them. */
 export class AutoscaleService {
   constructor(private readonly deps: Deps) {}
@@ -28,29 +51,35 @@ export class AutoscaleService {
       throw err('UH_AUTOSCALE_DISABLED', 'autoscale is not enabled for this account');
     }
     if (min > max) throw err('UH_INVALID', `min_size (${min}) must not be larger than max_size (${max})`);
-    for (const [k, v] of [['min_size', min], ['max_size', max]] as const) {
+    for (const [k, v] of [
+      ['min_size', min],
+      ['max_size', max],
+    ] as const) {
       if (v < limits.min_autoscale_size || v > limits.max_autoscale_size) {
-        throw err('UH_AUTOSCALE_SIZE', `${k} ${v} is outside the account limits [${limits.min_autoscale_size}, ${limits.max_autoscale_size}]`);
+        throw err(
+          'UH_AUTOSCALE_SIZE',
+          `${k} ${v} is outside the account limits [${limits.min_autoscale_size}, ${limits.max_autoscale_size}]`,
+        );
       }
     }
   }
 
-  private static uniquePolicies(policies: PolicyRec[]): PolicyRec[] {
-    const names = new Set<string>();
-    for (const p of policies) {
-      if (names.has(p.name)) throw err('UH_EXISTS', `policy '${p.name}' is given twice`);
-      names.add(p.name);
-    }
-    return policies;
-  }
-
-  private async insertInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, master: InstanceRec, c: Omit<AutoscaleRec, 'group_id' | 'user_id' | 'master_id' | 'enabled'>) {
-    if (await tx.autoscale.get(g.id)) throw err('UH_AUTOSCALE_CONFIGURED', `autoscale is already configured for service group '${g.name}'`);
+  private async insertInTx(
+    tx: Tx,
+    user: UserRec,
+    g: ServiceGroupRec,
+    master: InstanceRec,
+    c: Omit<AutoscaleRec, 'group_id' | 'user_id' | 'master_id' | 'enabled'>,
+  ) {
+    if (await tx.autoscale.get(g.id))
+      throw err('UH_AUTOSCALE_CONFIGURED', `autoscale is already configured for service group '${g.name}'`);
     if (master.service_group_id !== g.id) {
       throw err('UH_INVALID', `master instance '${master.name}' is not attached to service group '${g.name}'`);
     }
-    if (master.autoscale_group_id) throw err('UH_INVALID', `instance '${master.name}' was created by autoscale and cannot be a master`);
-    if (await tx.autoscale.forMaster(master.id)) throw err('UH_AUTOSCALE_CONFIGURED', `instance '${master.name}' is already a master`);
+    if (master.autoscale_group_id)
+      throw err('UH_INVALID', `instance '${master.name}' was created by autoscale and cannot be a master`);
+    if (await tx.autoscale.forMaster(master.id))
+      throw err('UH_AUTOSCALE_CONFIGURED', `instance '${master.name}' is already a master`);
     this.checkSizes(user, c.min_size, c.max_size);
     await tx.autoscale.insert({ ...c, group_id: g.id, user_id: user.id, master_id: master.id, enabled: true });
   }
@@ -58,15 +87,13 @@ export class AutoscaleService {
   async create(user: UserRec, t: Target, p: AutoscaleIn) {
     return this.deps.store.tx(async (tx) => {
       const g = await findGroup(tx, user, t);
-      if (p.master.uuid !== undefined && p.master.name !== undefined) throw err('UH_NOT_BOTH', "master: give either 'uuid' or 'name', not both");
-      if (p.master.uuid === undefined && p.master.name === undefined) throw err('UH_MISSING_ID', "master: 'uuid' or 'name' is required");
-      const master = await findInstance(tx, user, p.master.uuid !== undefined ? { uuid: p.master.uuid } : { name: p.master.name! });
+      const master = await findInstance(tx, user, refTarget(p.master, 'master'));
       await this.insertInTx(tx, user, g, master, {
         min_size: p.min_size ?? AUTOSCALE_DEFAULTS.min_size,
         max_size: p.max_size ?? AUTOSCALE_DEFAULTS.max_size,
         warmup_time_ms: p.warmup_time_ms ?? AUTOSCALE_DEFAULTS.warmup_time_ms,
         cooldown_time_ms: p.cooldown_time_ms ?? AUTOSCALE_DEFAULTS.cooldown_time_ms,
-        policies: AutoscaleService.uniquePolicies((p.policies ?? []).map(checkPolicy)),
+        policies: checkPolicies(p.policies ?? []),
       });
       return { uuid: g.id, name: g.name };
     });
@@ -123,7 +150,8 @@ export class AutoscaleService {
         });
       }
       const master = await tx.instances.get(user.id, c.master_id);
-      if (master && (master.state === 'stopped' || master.state === 'standby')) await this.deps.instances.startInTx(tx, user, master, false);
+      if (master && (master.state === 'stopped' || master.state === 'standby'))
+        await this.deps.instances.startInTx(tx, user, master, false);
       return { uuid: g.id, name: g.name };
     });
   }
@@ -134,7 +162,8 @@ export class AutoscaleService {
       const c = await tx.autoscale.get(g.id);
       if (!c) throw err('UH_AUTOSCALE_NOT_CONFIGURED', `autoscale is not configured for service group '${g.name}'`);
       const policy = checkPolicy(p);
-      if (c.policies.some((x) => x.name === policy.name)) throw err('UH_EXISTS', `policy '${policy.name}' already exists`);
+      if (c.policies.some((x) => x.name === policy.name))
+        throw err('UH_EXISTS', `policy '${policy.name}' already exists`);
       await tx.autoscale.update(g.id, { policies: [...c.policies, policy] });
       return { uuid: g.id, name: g.name };
     });

@@ -1,14 +1,21 @@
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../api/endpoint.js';
 import { checkName, randomSuffix } from '../domain/names.js';
+import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
 import type { CertificateRec, Tx, UserRec } from '../store/types.js';
 import type { Deps } from './index.js';
 
 export async function findCertificate(tx: Tx, user: UserRec, t: Target): Promise<CertificateRec> {
-  const c = t.uuid !== undefined ? await tx.certificates.get(user.id, t.uuid) : await tx.certificates.getByName(user.id, t.name);
+  const c =
+    t.uuid !== undefined
+      ? await tx.certificates.get(user.id, t.uuid)
+      : await tx.certificates.getByName(user.id, t.name);
   if (!c) {
-    throw err('UH_NOT_FOUND', t.uuid !== undefined ? `No certificate with UUID '${t.uuid}'` : `No certificate with name '${t.name}'`);
+    throw err(
+      'UH_NOT_FOUND',
+      t.uuid !== undefined ? `No certificate with UUID '${t.uuid}'` : `No certificate with name '${t.name}'`,
+    );
   }
   return c;
 }
@@ -30,17 +37,25 @@ export class CertificateService {
    * common name must cover the domain), else an existing one that covers it,
    * else a new `pending` one that the certs reconciler requests.
    */
-  async forDomainInTx(tx: Tx, user: UserRec, fqdn: string, ref?: { uuid?: string; name?: string }): Promise<CertificateRec> {
+  async forDomainInTx(
+    tx: Tx,
+    user: UserRec,
+    fqdn: string,
+    ref?: { uuid?: string; name?: string },
+  ): Promise<CertificateRec> {
     if (ref) {
-      if (ref.uuid !== undefined && ref.name !== undefined) throw err('UH_NOT_BOTH', "certificate: give either 'uuid' or 'name', not both");
-      if (ref.uuid === undefined && ref.name === undefined) throw err('UH_MISSING_ID', "certificate: 'uuid' or 'name' is required");
-      const c = await findCertificate(tx, user, ref.uuid !== undefined ? { uuid: ref.uuid } : { name: ref.name! });
+      const c = await findCertificate(tx, user, refTarget(ref, 'certificate'));
       if (!covers(c.common_name, fqdn)) {
-        throw err('UH_INVALID', `certificate '${c.name}' (common name '${c.common_name}') does not cover domain '${fqdn}'`);
+        throw err(
+          'UH_CERT_MISMATCH',
+          `certificate '${c.name}' (common name '${c.common_name}') does not cover domain '${fqdn}'`,
+        );
       }
       return c;
     }
-    const existing = (await tx.certificates.list(user.id)).find((c) => c.state !== 'error' && covers(c.common_name, fqdn));
+    const existing = (await tx.certificates.list(user.id)).find(
+      (c) => c.state !== 'error' && covers(c.common_name, fqdn),
+    );
     if (existing) return existing;
     let name = fqdn.slice(0, 121);
     if (!checkName(name).ok || (await tx.certificates.getByName(user.id, name))) name = `cert-${randomSuffix(8)}`;
@@ -79,8 +94,10 @@ export class CertificateService {
         common_name: c.common_name,
         state: c.state,
       };
-      if (c.state === 'pending') out.validation = { attempt: c.validation_attempt, ...(c.validation_next ? { next: c.validation_next } : {}) };
-      for (const k of ['subject', 'issuer', 'serial_number', 'not_before', 'not_after'] as const) if (c[k] !== null) out[k] = c[k];
+      if (c.state === 'pending')
+        out.validation = { attempt: c.validation_attempt, ...(c.validation_next ? { next: c.validation_next } : {}) };
+      for (const k of ['subject', 'issuer', 'serial_number', 'not_before', 'not_after'] as const)
+        if (c[k] !== null) out[k] = c[k];
       if (c.state === 'error' && c.message) out.message = c.message;
       out.service_groups = [...groups].map(([uuid, name]) => ({ uuid, name }));
       return out;
@@ -92,7 +109,10 @@ export class CertificateService {
       const c = await findCertificate(tx, user, t);
       const used = await tx.domains.forCertificate(c.id);
       if (used.length > 0) {
-        throw err('UH_ATTACHED', `certificate '${c.name}' is still used by domain(s) ${used.map((d) => `'${d.fqdn}'`).join(', ')}`);
+        throw err(
+          'UH_ATTACHED',
+          `certificate '${c.name}' is still used by domain(s) ${used.map((d) => `'${d.fqdn}'`).join(', ')}`,
+        );
       }
       await tx.certificates.delete(c.id);
       return { uuid: c.id, name: c.name };
@@ -101,9 +121,12 @@ export class CertificateService {
 
   async list(user: UserRec, commonName?: string) {
     return this.deps.store.read(async (tx) =>
-      (await tx.certificates.list(user.id, commonName === undefined ? {} : { common_name: commonName.replace(/\.$/, '').toLowerCase() })).map(
-        (c) => ({ uuid: c.id, name: c.name }),
-      ),
+      (
+        await tx.certificates.list(
+          user.id,
+          commonName === undefined ? {} : { common_name: commonName.replace(/\.$/, '').toLowerCase() },
+        )
+      ).map((c) => ({ uuid: c.id, name: c.name })),
     );
   }
 }

@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import type { Target } from '../api/endpoint.js';
 import { checkName, randomSuffix, serviceGroupDefaultName } from '../domain/names.js';
 import { checkServices, type ServiceIn } from '../domain/ports.js';
+import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
-import type { ServiceGroupRec, Tx, UserRec } from '../store/types.js';
+import type { ServiceEntry, ServiceGroupRec, Tx, UserRec } from '../store/types.js';
 import type { Deps } from './index.js';
 import { assertQuota } from './users.js';
 
@@ -21,30 +22,70 @@ export interface GroupDescription {
 export async function findGroup(tx: Tx, user: UserRec, t: Target): Promise<ServiceGroupRec> {
   const g = t.uuid !== undefined ? await tx.groups.get(user.id, t.uuid) : await tx.groups.getByName(user.id, t.name);
   if (!g) {
-    throw err('UH_NOT_FOUND', t.uuid !== undefined ? `No service group with UUID '${t.uuid}'` : `No service group with name '${t.name}'`);
+    throw err(
+      'UH_NOT_FOUND',
+      t.uuid !== undefined ? `No service group with UUID '${t.uuid}'` : `No service group with name '${t.name}'`,
+    );
   }
   return g;
+}
+
+/**
+ * Turns a requested domain name into an FQDN (stored without the trailing
+ * dot). A name ending with a dot is taken as is; any other gets the metro
+ * domain appended (api-v1.md, domain rules 1-2). `custom` is true for
+ * domains outside the metro domain: they need their own certificate.
+ */
+export function parseDomain(name: string, metro: string): { fqdn: string; custom: boolean } {
+  const isFqdn = name.endsWith('.');
+  const fqdn = (isFqdn ? name.slice(0, -1) : `${name}.${metro}`).toLowerCase();
+  const r = checkName(fqdn, 253);
+  if (!r.ok) throw err('UH_INVALID', `domain '${name}' is invalid: it ${r.why}`);
+  return { fqdn, custom: fqdn !== metro && !fqdn.endsWith(`.${metro}`) };
+}
+
+/**
+ * Checks what a group description says on its own (ports, domain syntax,
+ * `certificate` only for custom FQDNs, no domain twice), so that routes can
+ * refuse an invalid request with a 400 before any entry runs. `seen` holds
+ * the domains of earlier entries of the same request. Returns the services
+ * with defaults filled in.
+ */
+export function checkGroupDescription(d: GroupDescription, metro: string, seen = new Set<string>()): ServiceEntry[] {
+  const services = checkServices(d.services ?? []);
+  for (const dom of d.domains ?? []) {
+    const { fqdn, custom } = parseDomain(dom.name, metro);
+    if (seen.has(fqdn)) throw err('UH_INVALID', `domain '${fqdn}' is given twice`);
+    seen.add(fqdn);
+    if (dom.certificate) refTarget(dom.certificate, `domain '${dom.name}': certificate`);
+    if (dom.certificate && !custom) {
+      throw err(
+        'UH_INVALID',
+        `domain '${dom.name}': 'certificate' is only allowed for FQDNs (names ending with a dot) outside the metro domain`,
+      );
+    }
+  }
+  return services;
+}
+
+/** The generated domain label `<name>-<8 random>` (domain rule 1), kept a valid 63-character label. */
+function generatedLabel(groupName: string): string {
+  const base = groupName.split('.')[0]!.slice(0, 54).replace(/-+$/, '');
+  return `${base}-${randomSuffix(8)}`;
 }
 
 /** Service groups: published ports, domains and persistence. */
 export class GroupService {
   constructor(private readonly deps: Deps) {}
 
-  /** Turns a requested domain name into an FQDN (without the trailing dot) and whether it is custom. */
-  private fqdn(name: string): { fqdn: string; custom: boolean } {
+  /** Refuses reserved labels under the metro domain (e.g. `www`), and the metro domain itself. */
+  private checkReserved(fqdn: string): void {
     const metro = this.deps.config.metroDomain;
-    const isFqdn = name.endsWith('.');
-    const fqdn = (isFqdn ? name.slice(0, -1) : `${name}.${metro}`).toLowerCase();
-    const r = checkName(fqdn, 253);
-    if (!r.ok) throw err('UH_INVALID', `domain '${name}' is invalid: it ${r.why}`);
-    const underMetro = fqdn === metro || fqdn.endsWith(`.${metro}`);
-    if (underMetro) {
-      const label = fqdn === metro ? '' : fqdn.slice(0, -(metro.length + 1));
-      if (label === '' || this.deps.config.reservedLabels.includes(label.split('.').pop()!)) {
-        throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is reserved`);
-      }
+    if (fqdn !== metro && !fqdn.endsWith(`.${metro}`)) return;
+    const label = fqdn === metro ? '' : fqdn.slice(0, -(metro.length + 1));
+    if (label === '' || this.deps.config.reservedLabels.includes(label.split('.').pop()!)) {
+      throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is reserved`);
     }
-    return { fqdn, custom: !underMetro };
   }
 
   async resolveInTx(tx: Tx, user: UserRec, t: Target): Promise<ServiceGroupRec> {
@@ -53,10 +94,11 @@ export class GroupService {
 
   /** Creates a group inside `tx`: quotas, name and domain uniqueness, port rules, certificates. */
   async createInTx(tx: Tx, user: UserRec, d: GroupDescription, persistent: boolean): Promise<ServiceGroupRec> {
-    const services = checkServices(d.services ?? []);
+    const services = checkGroupDescription(d, this.deps.config.metroDomain);
     await assertQuota(tx, this.deps.config, user, { service_groups: 1, services: services.length });
     const name = d.name ?? serviceGroupDefaultName();
-    if (await tx.groups.getByName(user.id, name)) throw err('UH_EXISTS', `a service group named '${name}' already exists`);
+    if (await tx.groups.getByName(user.id, name))
+      throw err('UH_EXISTS', `a service group named '${name}' already exists`);
     const g: ServiceGroupRec = {
       id: randomUUID(),
       user_id: user.id,
@@ -66,22 +108,18 @@ export class GroupService {
       services,
     };
     await tx.groups.insert(g);
-    let domains = d.domains;
-    if (domains === undefined && services.length > 0) domains = [{ name: `${name.split('.')[0]!.slice(0, 54)}-${randomSuffix(8)}` }];
-    const seen = new Set<string>();
-    for (const dom of domains ?? []) {
-      const { fqdn, custom } = this.fqdn(dom.name);
-      if (seen.has(fqdn)) throw err('UH_INVALID', `domain '${fqdn}' is given twice`);
-      seen.add(fqdn);
-      if (dom.certificate && !custom) {
-        throw err('UH_INVALID', `domain '${dom.name}': 'certificate' is only allowed for FQDNs (names ending with a dot) outside the metro domain`);
-      }
-      if (await tx.domains.get(fqdn)) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is already in use`);
-      let certificateId: string | null = null;
-      if (custom) certificateId = (await this.deps.certificates.forDomainInTx(tx, user, fqdn, dom.certificate)).id;
-      await tx.domains.insert({ fqdn, group_id: g.id, user_id: user.id, certificate_id: certificateId });
-    }
+    const domains = d.domains ?? (services.length > 0 ? [{ name: generatedLabel(name) }] : []);
+    for (const dom of domains) await this.addDomainInTx(tx, user, g, dom);
     return g;
+  }
+
+  /** Claims one domain for `g`: not reserved, not used by anyone; custom FQDNs get a certificate. */
+  private async addDomainInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, dom: DomainIn): Promise<void> {
+    const { fqdn, custom } = parseDomain(dom.name, this.deps.config.metroDomain);
+    this.checkReserved(fqdn);
+    if (await tx.domains.get(fqdn)) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is already in use`);
+    const cert = custom ? await this.deps.certificates.forDomainInTx(tx, user, fqdn, dom.certificate) : null;
+    await tx.domains.insert({ fqdn, group_id: g.id, user_id: user.id, certificate_id: cert?.id ?? null });
   }
 
   /** `{uuid, name, domains}` as shown in instances and create responses. */

@@ -1,4 +1,10 @@
+import { stat } from 'node:fs/promises';
+import { quote } from 'shell-quote';
 import { err } from '../errors.js';
+import { imageBootFiles, type BootFiles } from '../images/boot-files.js';
+import { buildKernelImage, type KernelImageSpec } from '../images/build.js';
+import { importOciLayout } from '../images/import-oci.js';
+import { ImageLayout } from '../images/layout.js';
 import type { ImageRec, TagRec, Tx, UserRec } from '../store/types.js';
 import type { Deps } from './index.js';
 
@@ -31,7 +37,8 @@ export function parseRef(ref: string): ParsedRef {
   }
   let parts = rest.split('/');
   if (parts.length > 1 && /[.:]|^localhost$/.test(parts[0]!)) parts = parts.slice(1);
-  if (parts.length > 2 || parts.some((p) => p === '')) throw err('UH_INVALID', `image '${ref}' is not a valid reference`);
+  if (parts.length > 2 || parts.some((p) => p === ''))
+    throw err('UH_INVALID', `image '${ref}' is not a valid reference`);
   let last = parts[parts.length - 1]!;
   let tag: string | null = null;
   const colon = last.indexOf(':');
@@ -40,10 +47,19 @@ export function parseRef(ref: string): ParsedRef {
     last = last.slice(0, colon);
   }
   const okName = /^[a-z0-9]+(?:[._-][a-z0-9]+)*$/;
-  if (!okName.test(last) || (parts.length === 2 && !okName.test(parts[0]!)) || (tag !== null && !/^[\w][\w.-]{0,127}$/.test(tag))) {
+  if (
+    !okName.test(last) ||
+    (parts.length === 2 && !okName.test(parts[0]!)) ||
+    (tag !== null && !/^[\w][\w.-]{0,127}$/.test(tag))
+  ) {
     throw err('UH_INVALID', `image '${ref}' is not a valid reference`);
   }
-  return { namespace: parts.length === 2 ? parts[0]! : OFFICIAL, app: last, tag: digest ? tag : (tag ?? 'latest'), digest };
+  return {
+    namespace: parts.length === 2 ? parts[0]! : OFFICIAL,
+    app: last,
+    tag: digest ? tag : (tag ?? 'latest'),
+    digest,
+  };
 }
 
 /** The tag table key of a reference: `app:tag` for official images, `user/app:tag` for private ones. */
@@ -56,12 +72,118 @@ export interface ResolvedImage {
   minMemoryMb: number;
 }
 
+/** The `namespace` filter: `<account>` or `<account>/<app>`; names are lower case like user names. */
+function splitNamespace(ns: string | undefined): [string | undefined, string | undefined] {
+  if (ns === undefined) return [undefined, undefined];
+  const parts = ns.toLowerCase().split('/');
+  if (parts.length > 2 || parts.some((x) => x === '')) {
+    throw err('UH_INVALID', `parameter 'namespace': '${ns}' is not '<account>' or '<account>/<app>'`);
+  }
+  return [parts[0], parts[1]];
+}
+
+/**
+ * The `tag` filter: a bare tag (`v1`) matches that tag in any visible
+ * repository; a reference (`app:v1`, `alice/app`, defaulting to `latest`)
+ * matches that tag exactly. No filter: undefined.
+ */
+function tagMatcher(tag: string | undefined): ((t: TagRec) => boolean) | undefined {
+  if (tag === undefined) return undefined;
+  if (!/[:/]/.test(tag)) return (t) => t.ref.endsWith(`:${tag}`);
+  let key: string | null = null;
+  try {
+    const p = parseRef(tag);
+    if (p.tag !== null && p.namespace !== '') key = tagKey(p.namespace, p.app, p.tag);
+  } catch {
+    key = null; // not a reference: matches nothing
+  }
+  return (t) => t.ref === key;
+}
+
+/** What an import did. */
+export interface ImportResult {
+  digest: string;
+  /** the tag, as stored: `app:tag` or `user/app:tag` */
+  ref: string;
+  /** digest the tag pointed to before, if it moved */
+  previous: string | null;
+  size_in_bytes: number;
+  boot: BootFiles;
+}
+
 /** Images visible to users: official ones and their own namespace. */
 export class ImageService {
   constructor(private readonly deps: Deps) {}
 
+  /** Checks an import target: a tag reference in `official` or an existing user's namespace. */
+  private async importTarget(ref: string): Promise<{ namespace: string; app: string; key: string }> {
+    const p = parseRef(ref);
+    if (p.namespace === '' || p.digest !== null || p.tag === null) {
+      throw err('UH_INVALID', `import needs a tag reference (app:tag or user/app:tag), not '${ref}'`);
+    }
+    if (p.namespace !== OFFICIAL && !(await this.deps.store.read((tx) => tx.users.getByName(p.namespace)))) {
+      throw err(
+        'UH_NOT_FOUND',
+        `no user '${p.namespace}' (private images live under an existing user's name; official ones have no prefix)`,
+      );
+    }
+    return { namespace: p.namespace, app: p.app, key: tagKey(p.namespace, p.app, p.tag) };
+  }
+
+  private async layout(): Promise<ImageLayout> {
+    return new ImageLayout(this.deps.paths.images).init();
+  }
+
+  /**
+   * Packs a kernel file (with optional initrd and defaults) into an image
+   * and tags it `ref`. Re-importing a tag moves it; instances keep the digest
+   * they were created with, and old blobs are never deleted.
+   */
+  async importKernel(ref: string, spec: Omit<KernelImageSpec, 'name'>): Promise<ImportResult> {
+    const t = await this.importTarget(ref);
+    const name = t.namespace === OFFICIAL ? t.app : `${t.namespace}/${t.app}`;
+    const built = await buildKernelImage(await this.layout(), { ...spec, name });
+    return this.register(t, built.digest);
+  }
+
+  /** Imports the x86_64 image of an OCI layout directory or tarball (kraftkit's layout) and tags it `ref`. */
+  async importOci(ref: string, path: string): Promise<ImportResult> {
+    const t = await this.importTarget(ref);
+    const { digest } = await importOciLayout(await this.layout(), path);
+    return this.register(t, digest);
+  }
+
+  /** Unpacks the boot files (so a bad image fails the import, not the first boot), then records image and tag. */
+  private async register(t: { namespace: string; key: string }, digest: string): Promise<ImportResult> {
+    const boot = await imageBootFiles(this.deps.paths, digest);
+    let size = (await stat(boot.kernel)).size;
+    if (boot.initrd) size += (await stat(boot.initrd)).size;
+    const previous = await this.deps.store.tx(async (tx) => {
+      if (t.namespace !== OFFICIAL && !(await tx.users.getByName(t.namespace)))
+        throw err('UH_NOT_FOUND', `no user '${t.namespace}'`);
+      const old = await tx.images.tag(t.key);
+      await tx.images.upsert({
+        digest,
+        namespace: t.namespace,
+        size_in_bytes: size,
+        initrd: boot.initrd !== undefined,
+        args: quote(boot.args),
+        kernel_args: boot.kernelArgs,
+        min_memory_mb: boot.minMemoryMb,
+        created_at: new Date(this.deps.clock.now()).toISOString(),
+      });
+      await tx.images.setTag({ ref: t.key, namespace: t.namespace, digest });
+      return old && old.digest !== digest ? old.digest : null;
+    });
+    return { digest, ref: t.key, previous, size_in_bytes: size, boot };
+  }
+
   private visible(user: UserRec, img: ImageRec, tags: TagRec[]): boolean {
-    return img.namespace === OFFICIAL || img.namespace === user.name || tags.some((t) => t.namespace === OFFICIAL || t.namespace === user.name);
+    return (
+      img.namespace === OFFICIAL ||
+      img.namespace === user.name ||
+      tags.some((t) => t.namespace === OFFICIAL || t.namespace === user.name)
+    );
   }
 
   /** Resolves a reference to the digest it points to now (instances are pinned to it). */
@@ -78,31 +200,45 @@ export class ImageService {
     }
     const img = digest ? await tx.images.get(digest) : undefined;
     if (!img) throw err('UH_NOT_FOUND', `No image '${ref}'`);
-    const tags = (await tx.images.tags()).filter((t) => t.digest === img.digest);
+    // Only tags the user may see: another account's tag must not name this user's instances.
+    const tags = (await tx.images.tags()).filter(
+      (t) => t.digest === img.digest && (t.namespace === OFFICIAL || t.namespace === user.name),
+    );
     if (!this.visible(user, img, tags)) throw err('UH_NOT_FOUND', `No image '${ref}'`);
     let app = p.app;
     if (app === '') app = tags[0] ? parseRef(tags[0].ref).app : 'instance';
     return { digest: img.digest, app, minMemoryMb: img.min_memory_mb };
   }
 
+  /** Every image with its tags, all namespaces (the admin CLI). */
+  async all(): Promise<{ image: ImageRec; tags: TagRec[] }[]> {
+    return this.deps.store.read(async (tx) => {
+      const tags = await tx.images.tags();
+      return (await tx.images.list()).map((image) => ({ image, tags: tags.filter((t) => t.digest === image.digest) }));
+    });
+  }
+
   /** GET /v1/images/list with its filters (all given must match). */
   async list(user: UserRec, f: { namespace?: string; tagged?: boolean; digest?: string; tag?: string }) {
     return this.deps.store.read(async (tx) => {
       const allTags = await tx.images.tags();
-      let nsFilter: string | undefined;
-      let appFilter: string | undefined;
-      if (f.namespace !== undefined) [nsFilter, appFilter] = f.namespace.split('/', 2);
+      const [nsFilter, appFilter] = splitNamespace(f.namespace);
+      const tagOk = tagMatcher(f.tag);
       const out: Record<string, unknown>[] = [];
       for (const img of await tx.images.list()) {
-        const tags = allTags.filter((t) => t.digest === img.digest && (t.namespace === OFFICIAL || t.namespace === user.name));
+        const tags = allTags.filter(
+          (t) => t.digest === img.digest && (t.namespace === OFFICIAL || t.namespace === user.name),
+        );
         if (!this.visible(user, img, tags)) continue;
         if (f.digest !== undefined && img.digest !== f.digest) continue;
         if (f.tagged && tags.length === 0) continue;
         if (nsFilter !== undefined) {
-          const inNs = tags.filter((t) => t.namespace === nsFilter && (appFilter === undefined || parseRef(t.ref).app === appFilter));
+          const inNs = tags.filter(
+            (t) => t.namespace === nsFilter && (appFilter === undefined || parseRef(t.ref).app === appFilter),
+          );
           if (inNs.length === 0 && !(img.namespace === nsFilter && appFilter === undefined)) continue;
         }
-        if (f.tag !== undefined && !tags.some((t) => t.ref === f.tag || t.ref.endsWith(`:${f.tag}`))) continue;
+        if (tagOk && !tags.some(tagOk)) continue;
         out.push({
           digest: img.digest,
           tags: tags.map((t) => t.ref),

@@ -7,6 +7,7 @@ import type { InstanceRec, RestartPolicy, ServiceGroupRec, Tx, UserRec, VolumeRe
 import type { Deps } from './index.js';
 import type { GroupDescription } from './groups.js';
 import { assertQuota, effectiveQuotas } from './users.js';
+import { checkMountPath } from './volumes.js';
 
 export interface VolumeSpec {
   uuid?: string;
@@ -32,16 +33,34 @@ export interface CreateParams {
 }
 
 export const FEATURES = ['scale-to-zero', 'delete-on-stop'] as const;
-const POLICIES: Record<string, RestartPolicy> = { never: 'never', always: 'always', 'on-failure': 'on-failure', on_failure: 'on-failure' };
+const POLICIES: Record<string, RestartPolicy> = {
+  never: 'never',
+  always: 'always',
+  'on-failure': 'on-failure',
+  on_failure: 'on-failure',
+};
+/** Accepted `restart_policy` values: the spec's and the public variant `on_failure`. */
+export const RESTART_POLICIES = Object.keys(POLICIES);
 
-/** `args` as a string is split like a shell splits words (compat-notes.md). */
+/**
+ * `args` as a string is split like a shell splits words (compat-notes.md).
+ * There is no shell environment to expand against, so `$VAR` and globs stay
+ * literal (as a shell leaves an unmatched glob); a comment ends the words.
+ */
 export function splitArgs(args: string | string[] | undefined): string[] | undefined {
   if (args === undefined || Array.isArray(args)) return args;
-  const parts = shellParse(args);
-  if (parts.some((p) => typeof p !== 'string')) {
-    throw err('UH_INVALID', "parameter 'args': shell operators, globs and comments are not allowed in the string form");
+  const out: string[] = [];
+  for (const p of shellParse(args, (key) => `$${key}`)) {
+    if (typeof p === 'string') out.push(p);
+    else if ('comment' in p) break;
+    else if (p.op === 'glob') out.push((p as { pattern: string }).pattern);
+    else
+      throw err(
+        'UH_INVALID',
+        `parameter 'args': shell operator '${p.op}' is not allowed (no shell runs the arguments)`,
+      );
   }
-  return parts as string[];
+  return out;
 }
 
 /** Checks create parameters that need no store; returns normalized values. */
@@ -50,21 +69,58 @@ export function checkCreate(p: CreateParams) {
     throw err('UH_INVALID', "parameter 'wait_timeout_ms' is only valid together with 'autostart: true'");
   }
   const policy = POLICIES[p.restart_policy ?? 'never'];
-  if (!policy) throw err('UH_INVALID', `parameter 'restart_policy': '${p.restart_policy}' is not one of never, always, on-failure`);
+  if (!policy)
+    throw err(
+      'UH_INVALID',
+      `parameter 'restart_policy': '${p.restart_policy}' is not one of never, always, on-failure`,
+    );
   for (const f of p.features ?? []) {
     if (!(FEATURES as readonly string[]).includes(f)) {
       throw err('UH_INVALID', `parameter 'features': '${f}' is not one of ${FEATURES.join(', ')}`);
     }
   }
-  if ((p.volumes?.length ?? 0) > 1) throw err('UH_INVALID', "parameter 'volumes': an instance can have at most one volume");
+  if (p.features?.includes('scale-to-zero') && !p.service_group) {
+    throw err(
+      'UH_INVALID',
+      "feature 'scale-to-zero' needs a 'service_group' to receive the requests that wake the instance",
+    );
+  }
+  if ((p.replicas ?? 0) > 0 && (p.volumes?.length ?? 0) > 0) {
+    throw err(
+      'UH_INVALID',
+      "parameter 'replicas': instances with a volume cannot have replicas (a volume attaches to one instance)",
+    );
+  }
+  for (const [i, v] of (p.volumes ?? []).entries()) checkVolumeSpec(v, i);
+  if ((p.volumes?.length ?? 0) > 1)
+    throw err('UH_INVALID', "parameter 'volumes': an instance can have at most one volume");
   const sg = p.service_group;
-  if (sg && (sg.uuid !== undefined || sg.name !== undefined) && (sg.services !== undefined || sg.domains !== undefined)) {
-    throw err('UH_INVALID', "parameter 'service_group': give either a reference (uuid or name) or a new group's services and domains");
+  if (
+    sg &&
+    (sg.uuid !== undefined || sg.name !== undefined) &&
+    (sg.services !== undefined || sg.domains !== undefined)
+  ) {
+    throw err(
+      'UH_INVALID',
+      "parameter 'service_group': give either a reference (uuid or name) or a new group's services and domains",
+    );
   }
   if (sg && sg.uuid !== undefined && sg.name !== undefined) {
     throw err('UH_NOT_BOTH', "parameter 'service_group': give either 'uuid' or 'name', not both");
   }
   return { policy, args: splitArgs(p.args) };
+}
+
+/** A volume entry names an existing volume (uuid or name) or sizes a new one: exactly one of the three. */
+function checkVolumeSpec(v: VolumeSpec, i: number): void {
+  const given = [v.uuid, v.name, v.size_mb].filter((x) => x !== undefined).length;
+  if (given !== 1) {
+    throw err(
+      given === 0 ? 'UH_MISSING_ID' : 'UH_NOT_BOTH',
+      `parameter 'volumes[${i}]': give exactly one of 'uuid', 'name' or 'size_mb'`,
+    );
+  }
+  checkMountPath(v.at);
 }
 
 /** Creates one instance (and its replicas, group, volume) inside `tx`. Returns the new records. */
@@ -79,15 +135,18 @@ export async function createInTx(
   const memory = p.memory_mb ?? 128;
   const { limits } = effectiveQuotas(deps.config, user);
   if (memory < limits.min_memory_mb || memory > limits.max_memory_mb) {
-    throw err('UH_LIMIT', `memory_mb ${memory} is outside the account limits [${limits.min_memory_mb}, ${limits.max_memory_mb}]`);
+    throw err(
+      'UH_LIMIT',
+      `memory_mb ${memory} is outside the account limits [${limits.min_memory_mb}, ${limits.max_memory_mb}]`,
+    );
   }
   if (memory < image.minMemoryMb) {
-    throw err('UH_MEMORY_TOO_SMALL', `memory_mb ${memory} is too small for image '${p.image}': it needs at least ${image.minMemoryMb}`);
+    throw err(
+      'UH_MEMORY_TOO_SMALL',
+      `memory_mb ${memory} is too small for image '${p.image}': it needs at least ${image.minMemoryMb}`,
+    );
   }
   const count = 1 + (p.replicas ?? 0);
-  if (count > 1 && (p.volumes?.length ?? 0) > 0) {
-    throw err('UH_INVALID', "parameter 'replicas': instances with a volume cannot have replicas (a volume attaches to one instance)");
-  }
   const live = p.autostart ? count : 0;
   await assertQuota(tx, deps.config, user, { instances: count, live_instances: live, live_memory_mb: live * memory });
 
@@ -116,7 +175,8 @@ export async function createInTx(
   for (let k = 0; k < count; k++) {
     let name = p.name ?? instanceDefaultName(image.app);
     if (p.name !== undefined && k > 0) name = `${p.name.slice(0, NAME_MAX - 6)}-${randomSuffix(5)}`;
-    if (await tx.instances.getByName(user.id, name)) throw err('UH_EXISTS', `an instance named '${name}' already exists`);
+    if (await tx.instances.getByName(user.id, name))
+      throw err('UH_EXISTS', `an instance named '${name}' already exists`);
     const nic = randomUUID();
     const inst: InstanceRec = {
       id: randomUUID(),
@@ -160,8 +220,7 @@ export async function createInTx(
     if (volume) await deps.volumes.attachInTx(tx, volume.rec, inst, volume.at, volume.readonly, true);
     instances.push(inst);
   }
-  if (p.features?.includes('scale-to-zero')) {
-    if (!group) throw err('UH_INVALID', "feature 'scale-to-zero' needs a 'service_group' to receive the requests that wake it");
+  if (p.features?.includes('scale-to-zero') && group) {
     await deps.autoscale.configureScaleToZeroInTx(tx, user, group, instances[0]!);
   }
   return { instances, group };

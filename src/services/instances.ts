@@ -15,9 +15,13 @@ export interface StopParams {
 
 /** Resolves a target to one of the user's instances; another user's instance is "missing". */
 export async function findInstance(tx: Tx, user: UserRec, t: Target): Promise<InstanceRec> {
-  const inst = t.uuid !== undefined ? await tx.instances.get(user.id, t.uuid) : await tx.instances.getByName(user.id, t.name);
+  const inst =
+    t.uuid !== undefined ? await tx.instances.get(user.id, t.uuid) : await tx.instances.getByName(user.id, t.name);
   if (!inst) {
-    throw err('UH_NOT_FOUND', t.uuid !== undefined ? `No instance with UUID '${t.uuid}'` : `No instance with name '${t.name}'`);
+    throw err(
+      'UH_NOT_FOUND',
+      t.uuid !== undefined ? `No instance with UUID '${t.uuid}'` : `No instance with name '${t.name}'`,
+    );
   }
   return inst;
 }
@@ -89,9 +93,26 @@ export class InstanceService {
     return this.store.read(async (tx) => this.view(tx, user, await findInstance(tx, user, t)));
   }
 
+  /** The list as JSON text built by the store (fast path of GET /v1/instances/list). */
+  async listJson(user: UserRec, state?: InstanceState): Promise<string> {
+    return this.store.read((tx) => tx.instances.listJson(user.id, state));
+  }
+
   async list(user: UserRec, state?: InstanceState): Promise<{ uuid: string; name: string }[]> {
     const rows = await this.store.read((tx) => tx.instances.listIds(user.id, state));
     return rows.map((r) => ({ uuid: r.id, name: r.name }));
+  }
+
+  /** uuid, name and state of the given instances (compat list with details=false); deleted ones are skipped. */
+  async summaries(user: UserRec, ids: string[]): Promise<Record<string, unknown>[]> {
+    return this.store.read(async (tx) => {
+      const out: Record<string, unknown>[] = [];
+      for (const id of ids) {
+        const i = await tx.instances.get(user.id, id);
+        if (i) out.push({ status: 'success', uuid: i.id, name: i.name, state: i.state });
+      }
+      return out;
+    });
   }
 
   /**
@@ -104,7 +125,8 @@ export class InstanceService {
     if (manual) Object.assign(patch, { restart_attempt: 0, restart_next_at: null });
     const to = nextState(inst.state, 'start');
     if (to) {
-      if (!isLive(inst.state)) await assertQuota(tx, this.deps.config, user, { live_instances: 1, live_memory_mb: inst.memory_mb });
+      if (!isLive(inst.state))
+        await assertQuota(tx, this.deps.config, user, { live_instances: 1, live_memory_mb: inst.memory_mb });
       patch.state = to;
     }
     await tx.instances.update(inst.id, patch);
@@ -120,7 +142,10 @@ export class InstanceService {
     const timeout = this.timeout(waitMs, 0);
     if (timeout > 0) {
       const reached = await this.waitState(after.id, ['running'], timeout, signal);
-      state = reached?.state ?? (await this.store.read(async (tx) => (await tx.instances.get(user.id, after.id))?.state)) ?? state;
+      state =
+        reached?.state ??
+        (await this.store.read(async (tx) => (await tx.instances.get(user.id, after.id))?.state)) ??
+        state;
     }
     return { uuid: after.id, name: after.name, state, previous_state: before.state };
   }
@@ -150,7 +175,12 @@ export class InstanceService {
 
   /** Fields of an instance that stops without a VM (standby → stopped). */
   private stoppedFields(inst: InstanceRec, reason: number): Partial<InstanceRec> {
-    return { stop_reason: reason, stopped_at: new Date(this.deps.clock.now()).toISOString(), exit_code: null, stop_code: null };
+    return {
+      stop_reason: reason,
+      stopped_at: new Date(this.deps.clock.now()).toISOString(),
+      exit_code: null,
+      stop_code: null,
+    };
   }
 
   /** DELETE: removes the record at once; the controller force-stops the VM and frees its resources. */
@@ -204,7 +234,10 @@ export class InstanceService {
   /** GET log: a chunk of the console log with the spec's offset/limit semantics. */
   async log(user: UserRec, t: Target, offset: number, limit: number) {
     const inst = await this.store.read((tx) => findInstance(tx, user, t));
-    const r = new ConsoleLog(this.deps.paths.instance(inst.id)).read(offset, Math.min(limit, this.deps.config.maxLogChunk));
+    const r = new ConsoleLog(this.deps.paths.instance(inst.id)).read(
+      offset,
+      Math.min(limit, this.deps.config.maxLogChunk),
+    );
     return {
       uuid: inst.id,
       name: inst.name,
@@ -242,4 +275,3 @@ export class InstanceService {
     );
   }
 }
-

@@ -20,7 +20,8 @@ export function effectiveQuotas(config: Config, user: UserRec): { hard: Hard; li
  */
 export async function assertQuota(tx: Tx, config: Config, user: UserRec, delta: Partial<Hard>): Promise<void> {
   const used = await tx.usage(user.id);
-  const { hard } = effectiveQuotas(config, user);
+  // The request's user may come from the token cache; the limits that count are the committed ones.
+  const { hard } = effectiveQuotas(config, (await tx.users.get(user.id)) ?? user);
   for (const [k, d] of Object.entries(delta) as [keyof Hard, number][]) {
     if (!d || d <= 0) continue;
     if (used[k] + d > hard[k]) {
@@ -140,8 +141,11 @@ export class UserService {
 
   /** The quota record of `GET /v1/users/quotas`. */
   async quotas(user: UserRec): Promise<Record<string, unknown>> {
-    const used = await this.store.read((tx) => tx.usage(user.id));
-    const { hard, limits } = effectiveQuotas(this.config, user);
+    const { used, fresh } = await this.store.read(async (tx) => ({
+      used: await tx.usage(user.id),
+      fresh: await tx.users.get(user.id),
+    }));
+    const { hard, limits } = effectiveQuotas(this.config, fresh ?? user);
     return { uuid: user.id, used, hard, limits };
   }
 }

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../api/endpoint.js';
 import { volumeDefaultName } from '../domain/names.js';
+import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
 import type { InstanceRec, Tx, UserRec, VolumeRec, VolumeState } from '../store/types.js';
 import type { Deps } from './index.js';
@@ -8,8 +9,13 @@ import { findInstance } from './instances.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 
 export async function findVolume(tx: Tx, user: UserRec, t: { uuid?: string; name?: string }): Promise<VolumeRec> {
-  const v = t.uuid !== undefined ? await tx.volumes.get(user.id, t.uuid) : await tx.volumes.getByName(user.id, t.name ?? '');
-  if (!v) throw err('UH_NOT_FOUND', t.uuid !== undefined ? `No volume with UUID '${t.uuid}'` : `No volume with name '${t.name}'`);
+  const v =
+    t.uuid !== undefined ? await tx.volumes.get(user.id, t.uuid) : await tx.volumes.getByName(user.id, t.name ?? '');
+  if (!v)
+    throw err(
+      'UH_NOT_FOUND',
+      t.uuid !== undefined ? `No volume with UUID '${t.uuid}'` : `No volume with name '${t.name}'`,
+    );
   return v;
 }
 
@@ -17,19 +23,41 @@ export async function findVolume(tx: Tx, user: UserRec, t: { uuid?: string; name
 export function checkMountPath(at: string): void {
   if (!at.startsWith('/')) throw err('UH_INVALID', `mount path '${at}' must be absolute`);
   if (at.includes(':')) throw err('UH_INVALID', `mount path '${at}' must not contain colons`);
-  if (at.split('/').some((c) => c === '.' || c === '..')) throw err('UH_INVALID', `mount path '${at}' must not contain '.' or '..' components`);
+  if (at.split('/').some((c) => c === '.' || c === '..'))
+    throw err('UH_INVALID', `mount path '${at}' must not contain '.' or '..' components`);
   if (at === '/') throw err('UH_INVALID', "mount path must not be '/'");
-  if (/[\s"'\\[\]]/.test(at)) throw err('UH_INVALID', `mount path '${at}' must not contain whitespace, quotes, backslashes or brackets`);
+  if (/[\s"'\\[\]]/.test(at))
+    throw err('UH_INVALID', `mount path '${at}' must not contain whitespace, quotes, backslashes or brackets`);
+}
+
+export interface AttachIn {
+  attach_to: { uuid?: string; name?: string };
+  at: string;
+  readonly?: boolean;
+}
+
+/** What an attach request says on its own: checked before any entry runs. */
+export function checkAttach(p: AttachIn): void {
+  refTarget(p.attach_to, 'attach_to');
+  checkMountPath(p.at);
 }
 
 /** Persistent volumes: records here, image files by the volumes reconciler. */
 export class VolumeService {
   constructor(private readonly deps: Deps) {}
 
-  async createInTx(tx: Tx, user: UserRec, p: { name?: string; size_mb: number }, persistent: boolean): Promise<VolumeRec> {
+  async createInTx(
+    tx: Tx,
+    user: UserRec,
+    p: { name?: string; size_mb: number },
+    persistent: boolean,
+  ): Promise<VolumeRec> {
     const { limits } = effectiveQuotas(this.deps.config, user);
     if (p.size_mb < limits.min_volume_mb || p.size_mb > limits.max_volume_mb) {
-      throw err('UH_LIMIT', `size_mb ${p.size_mb} is outside the account limits [${limits.min_volume_mb}, ${limits.max_volume_mb}]`);
+      throw err(
+        'UH_LIMIT',
+        `size_mb ${p.size_mb} is outside the account limits [${limits.min_volume_mb}, ${limits.max_volume_mb}]`,
+      );
     }
     await assertQuota(tx, this.deps.config, user, { volumes: 1, total_volume_mb: p.size_mb });
     const name = p.name ?? volumeDefaultName();
@@ -52,8 +80,10 @@ export class VolumeService {
   }
 
   async resolveInTx(tx: Tx, user: UserRec, t: { uuid?: string; name?: string }): Promise<VolumeRec> {
-    if (t.uuid !== undefined && t.name !== undefined) throw err('UH_NOT_BOTH', "volume: give either 'uuid' or 'name', not both");
-    if (t.uuid === undefined && t.name === undefined) throw err('UH_MISSING_ID', "volume: 'uuid', 'name' or 'size_mb' is required");
+    if (t.uuid !== undefined && t.name !== undefined)
+      throw err('UH_NOT_BOTH', "volume: give either 'uuid' or 'name', not both");
+    if (t.uuid === undefined && t.name === undefined)
+      throw err('UH_MISSING_ID', "volume: 'uuid', 'name' or 'size_mb' is required");
     return findVolume(tx, user, t);
   }
 
@@ -72,12 +102,14 @@ export class VolumeService {
   ): Promise<void> {
     checkMountPath(at);
     const fresh = creating && v.state === 'initializing' && v.instance_id === null && !v.persistent;
-    if (v.state !== 'available' && !fresh) throw err('UH_WRONG_STATE', `volume '${v.name}' is ${v.state}, not available`);
+    if (v.state !== 'available' && !fresh)
+      throw err('UH_WRONG_STATE', `volume '${v.name}' is ${v.state}, not available`);
     if (v.instance_id !== null) throw err('UH_ATTACHED', `volume '${v.name}' is already attached`);
     if (inst.state !== 'stopped' && !creating) {
       throw err('UH_WRONG_STATE', `instance '${inst.name}' is ${inst.state}; volumes attach only to stopped instances`);
     }
-    if ((await tx.volumes.forInstance(inst.id)).length > 0) throw err('UH_ATTACHED', `instance '${inst.name}' already has a volume`);
+    if ((await tx.volumes.forInstance(inst.id)).length > 0)
+      throw err('UH_ATTACHED', `instance '${inst.name}' already has a volume`);
     const state: VolumeState = v.state === 'available' ? 'idle' : v.state;
     await tx.volumes.update(v.id, { instance_id: inst.id, at, readonly, state });
   }
@@ -106,13 +138,10 @@ export class VolumeService {
     return this.deps.store.read(async (tx) => (await tx.volumes.list(user.id)).map((v) => this.view(v, details, true)));
   }
 
-  async attach(user: UserRec, t: Target, p: { attach_to: { uuid?: string; name?: string }; at: string; readonly?: boolean }) {
+  async attach(user: UserRec, t: Target, p: AttachIn) {
     return this.deps.store.tx(async (tx) => {
       const v = await findVolume(tx, user, t);
-      const a = p.attach_to;
-      if (a.uuid !== undefined && a.name !== undefined) throw err('UH_NOT_BOTH', "attach_to: give either 'uuid' or 'name', not both");
-      if (a.uuid === undefined && a.name === undefined) throw err('UH_MISSING_ID', "attach_to: 'uuid' or 'name' is required");
-      const inst = await findInstance(tx, user, a.uuid !== undefined ? { uuid: a.uuid } : { name: a.name! });
+      const inst = await findInstance(tx, user, refTarget(p.attach_to, 'attach_to'));
       await this.attachInTx(tx, v, inst, p.at, p.readonly ?? false);
       return { uuid: v.id, name: v.name };
     });
@@ -123,7 +152,8 @@ export class VolumeService {
       const v = await findVolume(tx, user, t);
       if (!v.instance_id) throw err('UH_NOT_ATTACHED', `volume '${v.name}' is not attached`);
       const inst = await tx.instances.get(user.id, v.instance_id);
-      if (inst && inst.state !== 'stopped') throw err('UH_WRONG_STATE', `instance '${inst.name}' is ${inst.state}, not stopped`);
+      if (inst && inst.state !== 'stopped')
+        throw err('UH_WRONG_STATE', `instance '${inst.name}' is ${inst.state}, not stopped`);
       await this.detachInTx(tx, v);
       return { uuid: v.id, name: v.name };
     });
@@ -148,7 +178,9 @@ export class VolumeService {
     const where: Partial<VolumeRec> = {};
     if (f.persistent !== undefined) where.persistent = f.persistent;
     if (f.state !== undefined) where.state = f.state;
-    return this.deps.store.read(async (tx) => (await tx.volumes.list(user.id, where)).map((v) => ({ uuid: v.id, name: v.name })));
+    return this.deps.store.read(async (tx) =>
+      (await tx.volumes.list(user.id, where)).map((v) => ({ uuid: v.id, name: v.name })),
+    );
   }
 
   /** Deleting an instance detaches persistent volumes and deletes the others. */

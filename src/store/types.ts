@@ -235,6 +235,8 @@ export interface Tx {
     inGroup(groupId: string): Promise<InstanceRec[]>;
     /** ids and names only, ordered by creation (list endpoint) */
     listIds(userId: string, state?: InstanceState): Promise<{ id: string; name: string }[]>;
+    /** the same list as a JSON array of `{uuid, name}`, built by the database */
+    listJson(userId: string, state?: InstanceState): Promise<string>;
     ipTaken(ip: string): Promise<boolean>;
     /** private IP of the most recently created instance that has one */
     lastIp(): Promise<string | undefined>;

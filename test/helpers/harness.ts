@@ -22,11 +22,25 @@ export interface Harness {
    * Registers an image record (no kernel files) under `ref` (`app:tag` official,
    * `user/app:tag` private) for control-plane tests; returns its digest.
    */
-  image(ref: string, extra?: { min_memory_mb?: number; args?: string; kernel_args?: string; initrd?: boolean }): Promise<string>;
+  image(
+    ref: string,
+    extra?: { min_memory_mb?: number; args?: string; kernel_args?: string; initrd?: boolean },
+  ): Promise<string>;
   /** creates a user and returns its token */
   user(name: string, developer?: boolean): Promise<string>;
   /** sends a request; `body` is JSON-encoded unless it is a string */
-  call(method: string, path: string, token: string | null, body?: unknown, headers?: Record<string, string>): Promise<Reply>;
+  call(
+    method: string,
+    path: string,
+    token: string | null,
+    body?: unknown,
+    headers?: Record<string, string>,
+  ): Promise<Reply>;
+  /**
+   * Resolves with the first truthy value of `check`, re-run after every
+   * committed store change (no polling); rejects after `timeoutMs`.
+   */
+  until<T>(check: () => Promise<T | undefined | null | false>, timeoutMs?: number): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -99,6 +113,29 @@ export async function startHarness(
         parsed = undefined;
       }
       return { status: r.statusCode, body: parsed, text };
+    },
+    until(check, timeoutMs = 5000) {
+      return new Promise((resolve, reject) => {
+        let done = false;
+        const finish = (f: () => void) => {
+          if (done) return;
+          done = true;
+          off();
+          clearTimeout(timer);
+          f();
+        };
+        const run = () =>
+          void check().then(
+            (v) => v && finish(() => resolve(v)),
+            (e) => finish(() => reject(e)),
+          );
+        const off = daemon.store.onChange(() => run());
+        const timer = setTimeout(
+          () => finish(() => reject(new Error(`until: condition not met within ${timeoutMs} ms`))),
+          timeoutMs,
+        );
+        run();
+      });
     },
     async close() {
       await daemon.close();

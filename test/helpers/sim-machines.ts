@@ -16,7 +16,17 @@ export function simMachines(s: Services): Controller {
       if (!i) return;
       const now = new Date(s.clock.now()).toISOString();
       if (i.state === 'starting' && i.desired === 'running') {
-        await tx.instances.update(i.id, { state: 'running', start_count: i.start_count + 1, started_at: now, boot_time_us: 1000 });
+        // fixed timings, so tests can tell developer-only fields from absent ones
+        await tx.instances.update(i.id, {
+          state: 'running',
+          start_count: i.start_count + 1,
+          started_at: now,
+          boot_time_us: 1000,
+          vmm_start_time_us: 100,
+          vmm_load_time_us: 200,
+          vmm_ready_time_us: 300,
+          net_time_us: 400,
+        });
       } else if ((i.state === 'stopping' || i.state === 'draining') && i.desired === 'stopped') {
         const r = i.stop_request;
         const patch: Partial<InstanceRec> = {
@@ -26,8 +36,10 @@ export function simMachines(s: Services): Controller {
           exit_code: r?.force ? null : 0,
           stop_code: r?.force ? null : 0,
           stop_request: null,
+          uptime_ms: i.uptime_ms + Math.max(0, s.clock.now() - Date.parse(i.started_at ?? now)),
         };
-        if (i.features.includes('delete-on-stop')) await s.instances.deleteInTx(tx, (await tx.users.get(i.user_id))!, i);
+        if (i.features.includes('delete-on-stop'))
+          await s.instances.deleteInTx(tx, (await tx.users.get(i.user_id))!, i);
         else await tx.instances.update(i.id, patch);
       }
     });
@@ -38,15 +50,27 @@ export function simMachines(s: Services): Controller {
       if (v?.state === 'initializing') await tx.volumes.update(v.id, { state: v.instance_id ? 'idle' : 'available' });
     });
   };
+  // Steps still queued when the daemon closes must not touch the closed store.
+  let stopped = false;
+  const pending = new Set<Promise<void>>();
+  const later = (fn: () => Promise<void>): void => {
+    setImmediate(() => {
+      if (stopped) return;
+      const p = fn().finally(() => pending.delete(p));
+      pending.add(p);
+    });
+  };
   return {
     async start() {
       off = s.store.onChange((c) => {
-        if (c.kind === 'instance') setImmediate(() => void step(c.id));
-        if (c.kind === 'volume') setImmediate(() => void volume(c.id));
+        if (c.kind === 'instance') later(() => step(c.id));
+        if (c.kind === 'volume') later(() => volume(c.id));
       });
     },
     async stop() {
+      stopped = true;
       off?.();
+      await Promise.allSettled([...pending]);
     },
   };
 }

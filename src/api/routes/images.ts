@@ -1,14 +1,29 @@
 import { Type } from '@sinclair/typebox';
-import { endpoint } from '../endpoint.js';
-import { Bool, Opt, Str } from '../schemas/common.js';
+import { endpoint, type EndpointDef } from '../endpoint.js';
+import { Bool, Int, Opt, Str } from '../schemas/common.js';
+
+const Image = Type.Object(
+  {
+    status: Str(),
+    digest: Str('Image digest (sha256 of the OCI manifest).'),
+    tags: Type.Array(Str(), { description: 'Tags of the image the user can see.' }),
+    initrd: Bool('Whether the image has an init ramdisk.'),
+    size_in_bytes: Int('Kernel plus initrd size.'),
+    args: Str('Default application arguments (shell-quoted words).'),
+    kernel_args: Str('Kernel arguments of the image.'),
+  },
+  { additionalProperties: true },
+);
 
 const imagesList = {
   plural: 'images',
-  summary: 'List images visible to the user (official and own namespace).',
   target: 'none' as const,
   batch: false,
   params: Type.Object(
-    { digest: Opt(Str('Filter by digest.')), tag: Opt(Str('Filter by tag (full reference or tag part).')) },
+    {
+      digest: Opt(Str('Filter by digest.')),
+      tag: Opt(Str("Filter by tag: a bare tag ('v1') or a reference ('app:v1').")),
+    },
     { additionalProperties: false },
   ),
   query: Type.Object(
@@ -18,23 +33,20 @@ const imagesList = {
     },
     { additionalProperties: false },
   ),
-  response: Type.Object({ digest: Str(), tags: Type.Array(Str()) }, { additionalProperties: true }),
+  response: Image,
+  handleAll: (async (ctx, entries, q) =>
+    (await ctx.services.images.list(ctx.user, { ...entries[0]!.params, ...q })).map((i) => ({
+      status: 'success',
+      ...i,
+    }))) satisfies EndpointDef['handleAll'],
 };
 
 export const imageEndpoints = [
   endpoint({
     method: 'GET',
     path: '/v1/images/list',
+    summary: 'List images visible to the user (official and own namespace).',
     ...imagesList,
-    handleAll: async (ctx, entries, q) =>
-      (await ctx.services.images.list(ctx.user, { ...entries[0]!.params, ...q })).map((i) => ({ status: 'success', ...i })),
   }),
-  endpoint({
-    method: 'GET',
-    path: '/v1/images',
-    ...imagesList,
-    summary: 'Alias of /v1/images/list (newer clients).',
-    handleAll: async (ctx, entries, q) =>
-      (await ctx.services.images.list(ctx.user, { ...entries[0]!.params, ...q })).map((i) => ({ status: 'success', ...i })),
-  }),
+  endpoint({ method: 'GET', path: '/v1/images', summary: 'Alias of /v1/images/list (newer clients).', ...imagesList }),
 ];

@@ -1,8 +1,9 @@
 import { Type } from '@sinclair/typebox';
-import { endpoint } from '../endpoint.js';
+import { endpoint, RawArray, type Ctx, type Result } from '../endpoint.js';
 import { Bool, Int, Name, Opt, Ref, Str, TimeoutMs, Uuid } from '../schemas/common.js';
 import { GroupServiceEntry, DomainIn } from './services.js';
-import type { CreateParams } from '../../services/instances-create.js';
+import { checkCreate, FEATURES, RESTART_POLICIES, type CreateParams } from '../../services/instances-create.js';
+import { err } from '../../errors.js';
 import type { InstanceState } from '../../store/types.js';
 
 const P = 'instances';
@@ -32,7 +33,13 @@ const CreateBody = Type.Object(
         description: 'Application arguments (a string is split like a shell does).',
       }),
     ),
-    env: Opt(Type.Record(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$' }), Type.String(), { description: 'Environment variables.', errorMessage: 'expected an object of string values with names of letters, digits and underscores' })),
+    env: Opt(
+      Type.Record(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$' }), Type.String(), {
+        additionalProperties: false, // a key is written into the kernel command line: no quotes, spaces or '='
+        description: 'Environment variables.',
+        errorMessage: 'expected an object of string values with names of letters, digits and underscores',
+      }),
+    ),
     memory_mb: Opt(Int('Memory in MB. Default 128.', { minimum: 1 })),
     service_group: Opt(
       Type.Object(
@@ -49,8 +56,24 @@ const CreateBody = Type.Object(
     autostart: Opt(Bool('Start right after creation. Default false.')),
     replicas: Opt(Int('Additional instances with the same properties. Default 0.', { minimum: 0, maximum: 64 })),
     wait_timeout_ms: Opt(TimeoutMs('With autostart: wait for running. 0 no wait, -1 the longest.')),
-    features: Opt(Type.Array(Type.String(), { description: 'scale-to-zero, delete-on-stop' })),
-    restart_policy: Opt(Str('never, always or on-failure. Default never.')),
+    features: Opt(
+      Type.Array(
+        Type.Union(
+          FEATURES.map((f) => Type.Literal(f)),
+          { errorMessage: `expected one of ${FEATURES.join(', ')}` },
+        ),
+        { description: 'Features: scale-to-zero (needs a service_group), delete-on-stop.' },
+      ),
+    ),
+    restart_policy: Opt(
+      Type.Union(
+        RESTART_POLICIES.map((r) => Type.Literal(r)),
+        {
+          errorMessage: 'expected one of never, always, on-failure',
+          description: 'never (default), always or on-failure (alias on_failure).',
+        },
+      ),
+    ),
   },
   { additionalProperties: false },
 );
@@ -66,6 +89,7 @@ export const instanceEndpoints = [
     target: 'none',
     batch: true,
     params: CreateBody,
+    check: (p) => void checkCreate(p as CreateParams),
     handleAll: async (ctx, entries) => {
       const out: Record<string, unknown>[] = [];
       for (const e of entries) {
@@ -99,11 +123,10 @@ export const instanceEndpoints = [
       { additionalProperties: false },
     ),
     handleAll: async (ctx, entries, q) => {
-      if (entries.length === 1 && !entries[0]!.target) {
-        const all = await ctx.services.instances.list(ctx.user);
-        const start = q.from ? all.findIndex((i) => i.uuid === q.from) + 1 : 0;
-        return all.slice(start, q.count ? start + (q.count as number) : undefined);
-      }
+      if (entries.length === 1 && !entries[0]!.target) return listAll(ctx, q);
+      entries.forEach((e, i) => {
+        if (!e.target) throw err('UH_MISSING_ID', `entry ${i}: 'uuid' or 'name' is required`);
+      });
       return ctx.each(entries, (e) => ctx.services.instances.get(ctx.user, e.target!));
     },
     response: Summary,
@@ -129,7 +152,9 @@ export const instanceEndpoints = [
     batch: false,
     params: Type.Object({ state: Opt(InstanceStateSchema) }, { additionalProperties: false }),
     handleAll: async (ctx, entries) =>
-      ctx.services.instances.list(ctx.user, entries[0]!.params.state as InstanceState | undefined),
+      new RawArray(
+        await ctx.services.instances.listJson(ctx.user, entries[0]!.params.state as InstanceState | undefined),
+      ),
     response: Type.Object({ uuid: Uuid(), name: Str() }),
   }),
   endpoint({
@@ -187,13 +212,18 @@ export const instanceEndpoints = [
       },
       { additionalProperties: false },
     ),
-    handleAll: async (ctx, entries) => {
-      const expanded = ctx.expandIds(entries);
-      const first = entries[0]!.params;
-      const timeout = ctx.services.instances.timeout(msOf(first.timeout_ms, first.timeout_s), -1);
-      const state = (first.state ?? 'running') as InstanceState;
-      return ctx.each(expanded, (e) => ctx.services.instances.wait(ctx.user, e.target!, state, timeout, ctx.signal), true);
-    },
+    // Each entry waits with its own state and timeout (array bodies of the Python SDK); ids share their entry's.
+    handleAll: async (ctx, entries) =>
+      ctx.each(
+        ctx.expandIds(entries),
+        (e) => {
+          const p = e.params as { timeout_ms?: number; timeout_s?: number; state?: InstanceState };
+          const timeout = ctx.services.instances.timeout(msOf(p.timeout_ms, p.timeout_s), -1);
+          const state = p.state ?? 'running';
+          return ctx.services.instances.wait(ctx.user, e.target!, state, timeout, ctx.signal);
+        },
+        true,
+      ),
     response: Summary,
   }),
   endpoint({
@@ -216,6 +246,30 @@ export const instanceEndpoints = [
     response: Summary,
   }),
 ];
+
+/**
+ * Compat list (`GET /v1/instances` without a target): every instance in
+ * creation order, `count` per page after `from`; full details unless
+ * `details=false` (then uuid, name, state), as GET /v1/volumes lists.
+ */
+async function listAll(ctx: Ctx, q: Record<string, unknown>): Promise<Result[]> {
+  const all = await ctx.services.instances.list(ctx.user);
+  let start = 0;
+  if (q.from !== undefined) {
+    start = all.findIndex((i) => i.uuid === (q.from as string).toLowerCase()) + 1;
+    if (start === 0) throw err('UH_INVALID', `query parameter 'from': no instance with UUID '${q.from}'`);
+  }
+  const page = all.slice(start, q.count !== undefined ? start + (q.count as number) : undefined);
+  if (q.details === false)
+    return ctx.services.instances.summaries(
+      ctx.user,
+      page.map((i) => i.uuid),
+    );
+  return ctx.each(
+    page.map((i) => ({ target: { uuid: i.uuid }, params: {}, local: false })),
+    (e) => ctx.services.instances.get(ctx.user, e.target!),
+  );
+}
 
 /** `_ms` wins over the `timeout_s` alias; undefined when neither is given. */
 export function msOf(ms: number | undefined, s: number | undefined): number | undefined {

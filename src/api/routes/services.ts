@@ -1,14 +1,19 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint } from '../endpoint.js';
 import { Bool, Int, Name, Opt, PolicyName, Ref, Str, Uuid } from '../schemas/common.js';
-import type { GroupDescription } from '../../services/groups.js';
-import type { AutoscaleIn } from '../../services/autoscale.js';
-import type { PolicyIn } from '../../domain/steps.js';
+import { checkGroupDescription, type GroupDescription } from '../../services/groups.js';
+import { checkAutoscaleParams, type AutoscaleIn } from '../../services/autoscale.js';
+import { checkPolicy, type PolicyIn } from '../../domain/steps.js';
+import { err } from '../../errors.js';
+import type { Ctx, Entry } from '../endpoint.js';
+import { checkedEach } from './checked.js';
 
 export const GroupServiceEntry = Type.Object(
   {
     port: Int('Public port.', { minimum: 1, maximum: 65535 }),
-    destination_port: Opt(Int('Port the application listens on. Default: port.', { minimum: 1, maximum: 65535 })),
+    destination_port: Opt(
+      Int('Port the application listens on. Default: port (443 with redirect).', { minimum: 1, maximum: 65535 }),
+    ),
     handlers: Opt(Type.Array(Type.String(), { description: 'tls, http, redirect' })),
   },
   { additionalProperties: false },
@@ -69,7 +74,10 @@ export const serviceEndpoints = [
       { name: Opt(Name()), services: Type.Array(GroupServiceEntry), domains: Opt(Type.Array(DomainIn)) },
       { additionalProperties: false },
     ),
-    handle: async (ctx, e) => ctx.services.groups.create(ctx.user, e.params as GroupDescription),
+    handleAll: checkedEach<GroupDescription>(
+      (d, ctx, seen) => void checkGroupDescription(d, ctx.services.config.metroDomain, seen),
+      async (ctx, e) => ctx.services.groups.create(ctx.user, e.params),
+    ),
     response: Summary,
   }),
   endpoint({
@@ -117,6 +125,7 @@ export const serviceEndpoints = [
     target: 'required',
     batch: true,
     params: AutoscaleBody,
+    check: (p) => checkAutoscaleParams(p as AutoscaleIn),
     handle: async (ctx, e) => ctx.services.autoscale.create(ctx.user, e.target!, e.params as AutoscaleIn),
     response: Summary,
   }),
@@ -144,15 +153,18 @@ export const serviceEndpoints = [
     handle: async (ctx, e) => ctx.services.autoscale.delete(ctx.user, e.target!),
     response: Summary,
   }),
+  // Policy endpoints exist only in local scope and take `name` as the policy's name, so they have no
+  // uuid/name target: the group is the path's UUID.
   endpoint({
     method: 'POST',
     path: '/v1/services/:uuid/autoscale/policies',
     plural: 'policies',
     summary: 'Add an autoscale policy.',
-    target: 'required',
+    target: 'none',
     batch: false,
     params: PolicySchema,
-    handle: async (ctx, e) => ctx.services.autoscale.addPolicy(ctx.user, e.target!, e.params as PolicyIn),
+    check: (p) => void checkPolicy(p as PolicyIn),
+    handle: async (ctx, e) => ctx.services.autoscale.addPolicy(ctx.user, groupOf(e), e.params as PolicyIn),
     response: Summary,
   }),
   endpoint({
@@ -160,18 +172,10 @@ export const serviceEndpoints = [
     path: '/v1/services/:uuid/autoscale/policies',
     plural: 'policies',
     summary: 'Read autoscale policies (all, or the one named in the body).',
-    target: 'required',
+    target: 'none',
     batch: false,
     params: Type.Object({ name: Opt(PolicyName()) }, { additionalProperties: false }),
-    handleAll: async (ctx, entries) => {
-      const e = entries[0]!;
-      try {
-        const ps = await ctx.services.autoscale.getPolicies(ctx.user, e.target!, e.params.name);
-        return ps.map((p) => ({ status: 'success', ...p }));
-      } catch (x) {
-        return [ctx.entryError(e, x)];
-      }
-    },
+    handleAll: async (ctx, entries) => policiesOf(ctx, entries[0]!, entries[0]!.params.name),
     response: Summary,
   }),
   endpoint({
@@ -179,11 +183,10 @@ export const serviceEndpoints = [
     path: '/v1/services/:uuid/autoscale/policies/:policy',
     plural: 'policies',
     summary: 'Read one autoscale policy.',
-    target: 'required',
+    target: 'none',
     batch: false,
     params: Type.Object({ policy: PolicyName() }, { additionalProperties: false }),
-    handle: async (ctx, e) =>
-      (await ctx.services.autoscale.getPolicies(ctx.user, e.target!, e.params.policy))[0]! as unknown as Record<string, unknown>,
+    handleAll: async (ctx, entries) => policiesOf(ctx, entries[0]!, entries[0]!.params.policy),
     response: Summary,
   }),
   endpoint({
@@ -191,10 +194,10 @@ export const serviceEndpoints = [
     path: '/v1/services/:uuid/autoscale/policies',
     plural: 'policies',
     summary: 'Delete the autoscale policy named in the body.',
-    target: 'required',
+    target: 'none',
     batch: false,
     params: Type.Object({ name: PolicyName() }, { additionalProperties: false }),
-    handle: async (ctx, e) => ctx.services.autoscale.deletePolicy(ctx.user, e.target!, e.params.name),
+    handle: async (ctx, e) => ctx.services.autoscale.deletePolicy(ctx.user, groupOf(e), e.params.name),
     response: Summary,
   }),
   endpoint({
@@ -202,10 +205,26 @@ export const serviceEndpoints = [
     path: '/v1/services/:uuid/autoscale/policies/:policy',
     plural: 'policies',
     summary: 'Delete one autoscale policy.',
-    target: 'required',
+    target: 'none',
     batch: false,
     params: Type.Object({ policy: PolicyName() }, { additionalProperties: false }),
-    handle: async (ctx, e) => ctx.services.autoscale.deletePolicy(ctx.user, e.target!, e.params.policy),
+    handle: async (ctx, e) => ctx.services.autoscale.deletePolicy(ctx.user, groupOf(e), e.params.policy),
     response: Summary,
   }),
 ];
+
+/** The group of a policy endpoint: the UUID in its path. */
+function groupOf(e: Entry<unknown>): { uuid: string } {
+  if (e.pathUuid === undefined) throw err('UH_INTERNAL', 'policy endpoint without a group UUID in the path');
+  return { uuid: e.pathUuid.toLowerCase() };
+}
+
+/** Policies of a group, one entry each; a failure is the single error entry. */
+async function policiesOf(ctx: Ctx, e: Entry<unknown>, name: string | undefined) {
+  try {
+    const ps = await ctx.services.autoscale.getPolicies(ctx.user, groupOf(e), name);
+    return ps.map((p) => ({ status: 'success', ...p }));
+  } catch (x) {
+    return [{ ...ctx.entryError(e, x), uuid: e.pathUuid }];
+  }
+}

@@ -15,7 +15,7 @@ export const userEndpoints = [
     params: Type.Object({}, { additionalProperties: false }),
     handleAll: async (ctx, entries) => {
       const e = entries[0]!;
-      if (e.local && e.pathUuid !== ctx.user.id) {
+      if (e.local && e.pathUuid?.toLowerCase() !== ctx.user.id) {
         return [ctx.entryError(e, err('UH_NOT_FOUND', `No user with UUID '${e.pathUuid}'`))];
       }
       return [{ status: 'success', ...(await ctx.services.users.quotas(ctx.user)) }];

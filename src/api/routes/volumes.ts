@@ -3,6 +3,7 @@ import { endpoint } from '../endpoint.js';
 import { Bool, Int, Name, Opt, Ref, Str, Uuid } from '../schemas/common.js';
 import { err } from '../../errors.js';
 import type { VolumeState } from '../../store/types.js';
+import { checkAttach, type AttachIn } from '../../services/volumes.js';
 
 const V = 'volumes';
 const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
@@ -35,7 +36,10 @@ export const volumeEndpoints = [
     target: 'required',
     batch: true,
     params: Type.Object({}),
-    query: Type.Object({ details: Opt(Bool('Default true; false returns uuid, name and state only.')) }, { additionalProperties: false }),
+    query: Type.Object(
+      { details: Opt(Bool('Default true; false returns uuid, name and state only.')) },
+      { additionalProperties: false },
+    ),
     handleAll: async (ctx, entries, q) => {
       const details = (q.details as boolean | undefined) ?? true;
       if (entries.length === 1 && !entries[0]!.target) return ctx.services.volumes.all(ctx.user, details);
@@ -74,7 +78,8 @@ export const volumeEndpoints = [
       },
       { additionalProperties: false },
     ),
-    handle: async (ctx, e) => ctx.services.volumes.attach(ctx.user, e.target!, e.params),
+    check: (p) => checkAttach(p as AttachIn),
+    handle: async (ctx, e) => ctx.services.volumes.attach(ctx.user, e.target!, e.params as AttachIn),
     response: Summary,
   }),
   endpoint({

@@ -77,9 +77,11 @@ function cols(obj: object): string[] {
 export class SqliteStore implements Store {
   private readonly w: Database.Database;
   private readonly r: Database.Database;
-  private readonly stmts = new Map<string, Database.Statement>();
-  private readonly rstmts = new Map<string, Database.Statement>();
   private readonly events = new EventEmitter();
+  /** changes of the transaction in progress; null outside a transaction */
+  private readonly pending: { changes: Change[] | null } = { changes: null };
+  private readonly wtx: Tx;
+  private readonly rtx: Tx;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(path: string) {
@@ -93,6 +95,9 @@ export class SqliteStore implements Store {
     this.r = path === ':memory:' ? this.w : new Database(path, { readonly: true });
     this.r.pragma('busy_timeout = 5000');
     this.events.setMaxListeners(0);
+    // Built once per connection: a Tx is a bundle of closures over prepared statements.
+    this.wtx = makeTx(this.w, this.pending);
+    this.rtx = this.r === this.w ? this.wtx : makeTx(this.r, { changes: null });
   }
 
   private migrate(): void {
@@ -108,15 +113,17 @@ export class SqliteStore implements Store {
   tx<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
     const run = async (): Promise<T> => {
       const changes: Change[] = [];
-      const t = this.makeTx(this.w, this.stmts, changes);
+      this.pending.changes = changes;
       this.w.exec('BEGIN IMMEDIATE');
       let result: T;
       try {
-        result = await fn(t);
+        result = await fn(this.wtx);
         this.w.exec('COMMIT');
       } catch (e) {
         if (this.w.inTransaction) this.w.exec('ROLLBACK');
         throw e;
+      } finally {
+        this.pending.changes = null;
       }
       for (const c of changes) this.events.emit('change', c);
       return result;
@@ -127,7 +134,7 @@ export class SqliteStore implements Store {
   }
 
   read<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
-    return fn(this.makeTx(this.r, this.rstmts, null));
+    return fn(this.rtx);
   }
 
   onChange(listener: (c: Change) => void): () => void {
@@ -140,156 +147,163 @@ export class SqliteStore implements Store {
     if (this.r !== this.w) this.r.close();
     this.w.close();
   }
+}
 
-  private makeTx(db: Database.Database, cache: Map<string, Database.Statement>, changes: Change[] | null): Tx {
-    const prep = (sql: string): Database.Statement => {
-      let s = cache.get(sql);
-      if (!s) {
-        s = db.prepare(sql);
-        cache.set(sql, s);
-      }
-      return s;
-    };
-    const write = (spec: TableSpec, id: string): void => {
-      if (!changes) throw err('UH_INTERNAL', 'write outside a transaction');
-      changes.push({ kind: spec.kind, id });
-    };
-    const one = <T>(spec: TableSpec, sql: string, ...p: unknown[]): T | undefined =>
-      fromRow<T>(spec, prep(sql).get(...p) as Row | undefined);
-    const many = <T>(spec: TableSpec, sql: string, ...p: unknown[]): T[] =>
-      (prep(sql).all(...p) as Row[]).map((r) => fromRow<T>(spec, r)!);
-    const insert = async (spec: TableSpec, rec: object): Promise<void> => {
-      const row = toRow(spec, rec);
-      const c = cols(row);
-      prep(`INSERT INTO ${spec.table} (${c.join(',')}) VALUES (${c.map((k) => '@' + k).join(',')})`).run(row);
-      write(spec, String(row[spec.key]));
-    };
-    const update = async (spec: TableSpec, id: string, patch: object): Promise<void> => {
-      const row = toRow(spec, patch);
-      delete row[spec.key];
-      const c = cols(row);
-      if (c.length === 0) return;
-      prep(`UPDATE ${spec.table} SET ${c.map((k) => `${k}=@${k}`).join(',')} WHERE ${spec.key}=@__key`).run({
-        ...row,
-        __key: id,
-      });
-      write(spec, id);
-    };
-    const del = async (spec: TableSpec, id: string): Promise<void> => {
-      prep(`DELETE FROM ${spec.table} WHERE ${spec.key}=?`).run(id);
-      write(spec, id);
-    };
-    const userTable = <T extends { id: string; user_id: string; name: string }>(spec: TableSpec): UserTable<T> => ({
-      get: async (userId, id) => one<T>(spec, `SELECT * FROM ${spec.table} WHERE id=? AND user_id=?`, id, userId),
-      getByName: async (userId, name) =>
-        one<T>(spec, `SELECT * FROM ${spec.table} WHERE user_id=? AND name=?`, userId, name),
-      list: async (userId, where = {}) => {
-        const row = toRow(spec, where);
-        const c = cols(row);
-        const cond = c.map((k) => (row[k] === null ? ` AND ${k} IS NULL` : ` AND ${k}=@${k}`)).join('');
-        const params = Object.fromEntries(c.filter((k) => row[k] !== null).map((k) => [k, row[k]]));
-        return many<T>(spec, `SELECT * FROM ${spec.table} WHERE user_id=@__u${cond} ORDER BY rowid`, {
-          ...params,
-          __u: userId,
-        });
-      },
-      insert: (rec) => insert(spec, rec),
-      update: (id, patch) => update(spec, id, patch),
-      delete: (id) => del(spec, id),
+function makeTx(db: Database.Database, pending: { changes: Change[] | null }): Tx {
+  const cache = new Map<string, Database.Statement>();
+  const prep = (sql: string): Database.Statement => {
+    let s = cache.get(sql);
+    if (!s) {
+      s = db.prepare(sql);
+      cache.set(sql, s);
+    }
+    return s;
+  };
+  const write = (spec: TableSpec, id: string): void => {
+    if (!pending.changes) throw err('UH_INTERNAL', 'write outside a transaction');
+    pending.changes.push({ kind: spec.kind, id });
+  };
+  const one = <T>(spec: TableSpec, sql: string, ...p: unknown[]): T | undefined =>
+    fromRow<T>(spec, prep(sql).get(...p) as Row | undefined);
+  const many = <T>(spec: TableSpec, sql: string, ...p: unknown[]): T[] =>
+    (prep(sql).all(...p) as Row[]).map((r) => fromRow<T>(spec, r)!);
+  const insert = async (spec: TableSpec, rec: object): Promise<void> => {
+    const row = toRow(spec, rec);
+    const c = cols(row);
+    prep(`INSERT INTO ${spec.table} (${c.join(',')}) VALUES (${c.map((k) => '@' + k).join(',')})`).run(row);
+    write(spec, String(row[spec.key]));
+  };
+  const update = async (spec: TableSpec, id: string, patch: object): Promise<void> => {
+    const row = toRow(spec, patch);
+    delete row[spec.key];
+    const c = cols(row);
+    if (c.length === 0) return;
+    prep(`UPDATE ${spec.table} SET ${c.map((k) => `${k}=@${k}`).join(',')} WHERE ${spec.key}=@__key`).run({
+      ...row,
+      __key: id,
     });
+    write(spec, id);
+  };
+  const del = async (spec: TableSpec, id: string): Promise<void> => {
+    prep(`DELETE FROM ${spec.table} WHERE ${spec.key}=?`).run(id);
+    write(spec, id);
+  };
+  const userTable = <T extends { id: string; user_id: string; name: string }>(spec: TableSpec): UserTable<T> => ({
+    get: async (userId, id) => one<T>(spec, `SELECT * FROM ${spec.table} WHERE id=? AND user_id=?`, id, userId),
+    getByName: async (userId, name) =>
+      one<T>(spec, `SELECT * FROM ${spec.table} WHERE user_id=? AND name=?`, userId, name),
+    list: async (userId, where = {}) => {
+      const row = toRow(spec, where);
+      const c = cols(row);
+      const cond = c.map((k) => (row[k] === null ? ` AND ${k} IS NULL` : ` AND ${k}=@${k}`)).join('');
+      const params = Object.fromEntries(c.filter((k) => row[k] !== null).map((k) => [k, row[k]]));
+      return many<T>(spec, `SELECT * FROM ${spec.table} WHERE user_id=@__u${cond} ORDER BY rowid`, {
+        ...params,
+        __u: userId,
+      });
+    },
+    insert: (rec) => insert(spec, rec),
+    update: (id, patch) => update(spec, id, patch),
+    delete: (id) => del(spec, id),
+  });
 
-    const S = SPECS;
-    return {
-      users: {
-        get: async (id) => one<UserRec>(S.users, 'SELECT * FROM users WHERE id=?', id),
-        getByName: async (name) => one<UserRec>(S.users, 'SELECT * FROM users WHERE name=?', name),
-        insert: (rec) => insert(S.users, rec),
-        update: (id, patch) => update(S.users, id, patch),
-        list: async () => many<UserRec>(S.users, 'SELECT * FROM users ORDER BY rowid'),
-      },
-      tokens: {
-        listForUser: async (userId) => many<TokenRec>(S.tokens, 'SELECT * FROM tokens WHERE user_id=?', userId),
-        insert: (rec) => insert(S.tokens, rec),
-      },
-      instances: {
-        ...userTable<InstanceRec>(S.instances),
-        getAny: async (id) => one<InstanceRec>(S.instances, 'SELECT * FROM instances WHERE id=?', id),
-        all: async () => many<InstanceRec>(S.instances, 'SELECT * FROM instances ORDER BY rowid'),
-        ipTaken: async (ip) => prep('SELECT 1 FROM instances WHERE private_ip=?').get(ip) !== undefined,
-        lastIp: async () =>
-          (
-            prep('SELECT private_ip FROM instances WHERE private_ip IS NOT NULL ORDER BY rowid DESC LIMIT 1').get() as
-              | { private_ip: string }
-              | undefined
-          )?.private_ip,
-        inGroup: async (groupId) =>
-          many<InstanceRec>(S.instances, 'SELECT * FROM instances WHERE service_group_id=? ORDER BY rowid', groupId),
-        listIds: async (userId, state?: InstanceState) =>
-          state === undefined
-            ? (prep('SELECT id, name FROM instances WHERE user_id=? ORDER BY rowid').all(userId) as {
-                id: string;
-                name: string;
-              }[])
-            : (prep('SELECT id, name FROM instances WHERE user_id=? AND state=? ORDER BY rowid').all(
-                userId,
-                state,
-              ) as { id: string; name: string }[]),
-      },
-      groups: {
-        ...userTable(S.groups),
-        getAnyUser: async (id) => one(S.groups, 'SELECT * FROM service_groups WHERE id=?', id),
-      },
-      domains: {
-        get: async (fqdn) => one<DomainRec>(S.domains, 'SELECT * FROM domains WHERE fqdn=?', fqdn),
-        forGroup: async (groupId) =>
-          many<DomainRec>(S.domains, 'SELECT * FROM domains WHERE group_id=? ORDER BY rowid', groupId),
-        forCertificate: async (certId) =>
-          many<DomainRec>(S.domains, 'SELECT * FROM domains WHERE certificate_id=? ORDER BY rowid', certId),
-        insert: (rec) => insert(S.domains, rec),
-        deleteForGroup: async (groupId) => {
-          prep('DELETE FROM domains WHERE group_id=?').run(groupId);
-          write(S.domains, groupId);
-        },
-      },
-      volumes: {
-        ...userTable(S.volumes),
-        forInstance: async (instanceId) =>
-          many(S.volumes, 'SELECT * FROM volumes WHERE instance_id=? ORDER BY rowid', instanceId),
-        all: async () => many(S.volumes, 'SELECT * FROM volumes ORDER BY rowid'),
-      },
-      certificates: userTable(S.certificates),
-      autoscale: {
-        get: async (groupId) => one<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE group_id=?', groupId),
-        forMaster: async (id) => one<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE master_id=?', id),
-        insert: (rec) => insert(S.autoscale, rec),
-        update: (groupId, patch) => update(S.autoscale, groupId, patch),
-        delete: (groupId) => del(S.autoscale, groupId),
-      },
-      images: {
-        get: async (digest) => one<ImageRec>(S.images, 'SELECT * FROM images WHERE digest=?', digest),
-        upsert: async (rec) => {
-          const row = toRow(S.images, rec);
+  const S = SPECS;
+  return {
+    users: {
+      get: async (id) => one<UserRec>(S.users, 'SELECT * FROM users WHERE id=?', id),
+      getByName: async (name) => one<UserRec>(S.users, 'SELECT * FROM users WHERE name=?', name),
+      insert: (rec) => insert(S.users, rec),
+      update: (id, patch) => update(S.users, id, patch),
+      list: async () => many<UserRec>(S.users, 'SELECT * FROM users ORDER BY rowid'),
+    },
+    tokens: {
+      listForUser: async (userId) => many<TokenRec>(S.tokens, 'SELECT * FROM tokens WHERE user_id=?', userId),
+      insert: (rec) => insert(S.tokens, rec),
+    },
+    instances: {
+      ...userTable<InstanceRec>(S.instances),
+      getAny: async (id) => one<InstanceRec>(S.instances, 'SELECT * FROM instances WHERE id=?', id),
+      all: async () => many<InstanceRec>(S.instances, 'SELECT * FROM instances ORDER BY rowid'),
+      listJson: async (userId, state?: InstanceState) =>
+        (
           prep(
-            `INSERT INTO images (digest, namespace, size_in_bytes, initrd, args, kernel_args, min_memory_mb, created_at)
+            `SELECT coalesce(json_group_array(json_object('uuid', id, 'name', name)), '[]') AS j FROM
+               (SELECT id, name FROM instances WHERE user_id=@u AND (@s IS NULL OR state=@s) ORDER BY rowid)`,
+          ).get({ u: userId, s: state ?? null }) as { j: string }
+        ).j,
+      ipTaken: async (ip) => prep('SELECT 1 FROM instances WHERE private_ip=?').get(ip) !== undefined,
+      lastIp: async () =>
+        (
+          prep('SELECT private_ip FROM instances WHERE private_ip IS NOT NULL ORDER BY rowid DESC LIMIT 1').get() as
+            { private_ip: string } | undefined
+        )?.private_ip,
+      inGroup: async (groupId) =>
+        many<InstanceRec>(S.instances, 'SELECT * FROM instances WHERE service_group_id=? ORDER BY rowid', groupId),
+      listIds: async (userId, state?: InstanceState) =>
+        state === undefined
+          ? (prep('SELECT id, name FROM instances WHERE user_id=? ORDER BY rowid').all(userId) as {
+              id: string;
+              name: string;
+            }[])
+          : (prep('SELECT id, name FROM instances WHERE user_id=? AND state=? ORDER BY rowid').all(userId, state) as {
+              id: string;
+              name: string;
+            }[]),
+    },
+    groups: {
+      ...userTable(S.groups),
+      getAnyUser: async (id) => one(S.groups, 'SELECT * FROM service_groups WHERE id=?', id),
+    },
+    domains: {
+      get: async (fqdn) => one<DomainRec>(S.domains, 'SELECT * FROM domains WHERE fqdn=?', fqdn),
+      forGroup: async (groupId) =>
+        many<DomainRec>(S.domains, 'SELECT * FROM domains WHERE group_id=? ORDER BY rowid', groupId),
+      forCertificate: async (certId) =>
+        many<DomainRec>(S.domains, 'SELECT * FROM domains WHERE certificate_id=? ORDER BY rowid', certId),
+      insert: (rec) => insert(S.domains, rec),
+      deleteForGroup: async (groupId) => {
+        prep('DELETE FROM domains WHERE group_id=?').run(groupId);
+        write(S.domains, groupId);
+      },
+    },
+    volumes: {
+      ...userTable(S.volumes),
+      forInstance: async (instanceId) =>
+        many(S.volumes, 'SELECT * FROM volumes WHERE instance_id=? ORDER BY rowid', instanceId),
+      all: async () => many(S.volumes, 'SELECT * FROM volumes ORDER BY rowid'),
+    },
+    certificates: userTable(S.certificates),
+    autoscale: {
+      get: async (groupId) => one<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE group_id=?', groupId),
+      forMaster: async (id) => one<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE master_id=?', id),
+      insert: (rec) => insert(S.autoscale, rec),
+      update: (groupId, patch) => update(S.autoscale, groupId, patch),
+      delete: (groupId) => del(S.autoscale, groupId),
+    },
+    images: {
+      get: async (digest) => one<ImageRec>(S.images, 'SELECT * FROM images WHERE digest=?', digest),
+      upsert: async (rec) => {
+        const row = toRow(S.images, rec);
+        prep(
+          `INSERT INTO images (digest, namespace, size_in_bytes, initrd, args, kernel_args, min_memory_mb, created_at)
              VALUES (@digest, @namespace, @size_in_bytes, @initrd, @args, @kernel_args, @min_memory_mb, @created_at)
              ON CONFLICT(digest) DO UPDATE SET size_in_bytes=excluded.size_in_bytes, initrd=excluded.initrd,
                args=excluded.args, kernel_args=excluded.kernel_args, min_memory_mb=excluded.min_memory_mb`,
-          ).run(row);
-          write(S.images, rec.digest);
-        },
-        list: async () => many<ImageRec>(S.images, 'SELECT * FROM images ORDER BY rowid'),
-        tags: async () => many<TagRec>(S.tags, 'SELECT * FROM tags ORDER BY ref'),
-        tag: async (ref) => one<TagRec>(S.tags, 'SELECT * FROM tags WHERE ref=?', ref),
-        setTag: async (rec) => {
-          prep(
-            'INSERT INTO tags (ref, namespace, digest) VALUES (@ref, @namespace, @digest) ON CONFLICT(ref) DO UPDATE SET digest=excluded.digest',
-          ).run(rec);
-          write(S.tags, rec.ref);
-        },
+        ).run(row);
+        write(S.images, rec.digest);
       },
-      usage: async (userId) => prep(USAGE_SQL).get({ u: userId }) as Used,
-    };
-  }
+      list: async () => many<ImageRec>(S.images, 'SELECT * FROM images ORDER BY rowid'),
+      tags: async () => many<TagRec>(S.tags, 'SELECT * FROM tags ORDER BY ref'),
+      tag: async (ref) => one<TagRec>(S.tags, 'SELECT * FROM tags WHERE ref=?', ref),
+      setTag: async (rec) => {
+        prep(
+          'INSERT INTO tags (ref, namespace, digest) VALUES (@ref, @namespace, @digest) ON CONFLICT(ref) DO UPDATE SET digest=excluded.digest',
+        ).run(rec);
+        write(S.tags, rec.ref);
+      },
+    },
+    usage: async (userId) => prep(USAGE_SQL).get({ u: userId }) as Used,
+  };
 }
 
 const USAGE_SQL = `SELECT

@@ -1,0 +1,9 @@
+// Bare Fastify server for bench/api: returns the bodies it is sent, as JSON.
+import Fastify from 'fastify';
+
+const bodies = await new Promise((r) => process.once('message', r));
+const app = Fastify({ logger: false });
+app.get('/one', async () => bodies.one);
+app.get('/list', async () => bodies.list);
+await app.listen({ host: '127.0.0.1', port: 0 });
+process.send({ url: `http://127.0.0.1:${app.server.address().port}` });

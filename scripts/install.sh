@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what unihost needs on a Debian machine: system packages, npm
+# dependencies, the compiled CLI. Idempotent: each step is skipped when done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(qemu-system-x86 qemu-utils e2fsprogs iproute2 busybox-static cpio gzip zstd lz4 xz-utils binutils curl ca-certificates)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "==> installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm dependencies: reinstall only when package-lock.json changed since the last install.
+stamp=node_modules/.unihost-lock.sha256
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "==> installing npm dependencies (better-sqlite3 may compile from source: a minute or two)"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" > "$stamp"
+fi
+
+echo "==> compiling TypeScript"
+npx tsc -p tsconfig.build.json

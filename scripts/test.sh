@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs, then type check, lint, format
+# check, the OpenAPI freshness check, unit, API and VM tests. Safe to rerun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/install.sh
+if [ -x guest/build-images.sh ]; then
+  echo "==> building test guest images (cached)"
+  ./guest/build-images.sh
+fi
+
+echo "==> type check";   npx tsc -p tsconfig.json --noEmit
+echo "==> lint";         npx eslint .
+echo "==> format check"; npx prettier --check . >/dev/null || { npx prettier --check . ; exit 1; }
+echo "==> OpenAPI document"; npx tsx scripts/gen-openapi.ts --check
+
+echo "==> tests"
+files=$(ls src/*.test.ts src/*/*.test.ts src/*/*/*.test.ts test/api/*.test.ts test/vm/*.test.ts 2>/dev/null || true)
+# shellcheck disable=SC2086
+node --import tsx --test --test-concurrency=2 --test-reporter=spec --test-reporter-destination=stdout $files

@@ -1,0 +1,158 @@
+import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { err } from '../errors.js';
+import { syncDir, tempName } from './fsutil.js';
+import { detectMachine, MACHINES, type Machine } from './kernel-type.js';
+import { ImageLayout } from './layout.js';
+import {
+  ANN,
+  DIGEST_RE,
+  INITRD_PATH,
+  KERNEL_PATH,
+  MANIFEST_TYPES,
+  TAR_LAYER_TYPES,
+  type ImageConfig,
+  type Manifest,
+} from './oci.js';
+import { extractFiles } from './tar-layer.js';
+
+/** What a driver needs to boot an image (the `images` part of the guest boot contract). */
+export interface BootFiles {
+  kernel: string;
+  initrd?: string;
+  /** kernel arguments of the image, before the platform's */
+  kernelArgs: string;
+  /** default application arguments (config Entrypoint + Cmd) */
+  args: string[];
+  /** default environment (config Env) */
+  env: Record<string, string>;
+  machine: Machine;
+  /** 0 when the image states no minimum */
+  minMemoryMb: number;
+}
+
+/** The metadata of an image held in the layout, from its manifest and config. */
+export interface ImageInfo {
+  manifest: Manifest;
+  args: string[];
+  env: Record<string, string>;
+  kernelArgs: string;
+  /** from the annotation; null when the kernel file must tell */
+  machine: Machine | null;
+  minMemoryMb: number;
+}
+
+export function parseEnv(list: string[] | null | undefined): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const kv of list ?? []) {
+    const eq = kv.indexOf('=');
+    if (eq > 0) env[kv.slice(0, eq)] = kv.slice(eq + 1);
+  }
+  return env;
+}
+
+function annotationsInfo(
+  digest: string,
+  a: Record<string, string>,
+): Pick<ImageInfo, 'kernelArgs' | 'machine' | 'minMemoryMb'> {
+  const machine = a[ANN.machine];
+  if (machine !== undefined && !(MACHINES as string[]).includes(machine)) {
+    throw err(
+      'UH_INVALID',
+      `image ${digest}: annotation ${ANN.machine}='${machine}' is not one of ${MACHINES.join(', ')}`,
+    );
+  }
+  const mem = a[ANN.minMemoryMb];
+  if (mem !== undefined && !/^\d{1,7}$/.test(mem)) {
+    throw err('UH_INVALID', `image ${digest}: annotation ${ANN.minMemoryMb}='${mem}' is not a number of MiB`);
+  }
+  return {
+    kernelArgs: a[ANN.kernelArgs] ?? '',
+    machine: (machine as Machine | undefined) ?? null,
+    minMemoryMb: mem ? Number(mem) : 0,
+  };
+}
+
+/** Reads an image's manifest and config from the layout. */
+export async function readImage(layout: ImageLayout, digest: string): Promise<ImageInfo> {
+  const manifest = await layout.readJson<Manifest>(digest);
+  if (
+    (manifest.mediaType && !MANIFEST_TYPES.includes(manifest.mediaType)) ||
+    !manifest.config ||
+    !Array.isArray(manifest.layers)
+  ) {
+    throw err('UH_INVALID', `blob ${digest} is not an image manifest`);
+  }
+  const config = await layout.readJson<ImageConfig>(manifest.config.digest);
+  const c = config.config ?? {};
+  return {
+    manifest,
+    args: [...(c.Entrypoint ?? []), ...(c.Cmd ?? [])],
+    env: parseEnv(c.Env),
+    ...annotationsInfo(digest, manifest.annotations ?? {}),
+  };
+}
+
+async function fsyncFile(path: string): Promise<void> {
+  const fh = await open(path, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * Extracts kernel and initrd from the layer blobs into `dir`, atomically:
+ * into a temp dir first, then renamed. Later layers override earlier ones
+ * (OCI layer semantics).
+ */
+async function unpack(layout: ImageLayout, digest: string, manifest: Manifest, dir: string): Promise<void> {
+  await mkdir(layout.tmp, { recursive: true });
+  await mkdir(layout.unpacked, { recursive: true });
+  const tmp = tempName(layout.tmp, 'unpack');
+  await mkdir(tmp);
+  try {
+    const found = new Set<string>();
+    const wanted: Record<string, string> = { [KERNEL_PATH]: join(tmp, 'kernel'), [INITRD_PATH]: join(tmp, 'initrd') };
+    for (const l of manifest.layers) {
+      if (!TAR_LAYER_TYPES.includes(l.mediaType)) continue;
+      for (const p of (await extractFiles(layout.blobPath(l.digest), wanted)).keys()) found.add(p);
+    }
+    if (!found.has(KERNEL_PATH)) throw err('UH_INVALID', `image ${digest} has no /${KERNEL_PATH} in its layers`);
+    for (const p of found) await fsyncFile(wanted[p]!);
+    await syncDir(tmp);
+    await rename(tmp, dir).catch(async (e: NodeJS.ErrnoException) => {
+      // Another process unpacked the same image first: its copy is as good as ours.
+      if (e.code !== 'ENOTEMPTY' && e.code !== 'EEXIST') throw e;
+    });
+    await syncDir(layout.unpacked);
+  } finally {
+    await rm(tmp, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The files and settings to boot image `digest`, unpacking kernel and initrd
+ * once into `<images>/unpacked/<hex>/`. Callable any time after the image
+ * was imported; safe to call concurrently.
+ */
+export async function imageBootFiles(paths: { images: string }, digest: string): Promise<BootFiles> {
+  if (!DIGEST_RE.test(digest)) throw err('UH_INVALID', `'${digest}' is not a sha256 digest`);
+  const layout = new ImageLayout(paths.images);
+  const info = await readImage(layout, digest);
+  const dir = join(layout.unpacked, digest.slice('sha256:'.length));
+  const kernel = join(dir, 'kernel');
+  if (!(await stat(kernel).catch(() => undefined))) await unpack(layout, digest, info.manifest, dir);
+  const initrd = join(dir, 'initrd');
+  const hasInitrd = (await stat(initrd).catch(() => undefined)) !== undefined;
+  return {
+    kernel,
+    ...(hasInitrd ? { initrd } : {}),
+    kernelArgs: info.kernelArgs,
+    args: info.args,
+    env: info.env,
+    machine: info.machine ?? (await detectMachine(kernel, `of image ${digest}`)),
+    minMemoryMb: info.minMemoryMb,
+  };
+}
