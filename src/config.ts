@@ -24,6 +24,21 @@ export interface Config {
   subnet: string;
   defaultQuotas: { hard: Hard; limits: Limits };
   logLevel: string;
+  machines: MachinesConfig;
+}
+
+export interface MachinesConfig {
+  /** machine driver from the registry */
+  driver: string;
+  /** `auto` probes once whether KVM really boots a guest, else TCG */
+  accel: 'auto' | 'kvm' | 'tcg';
+  qemu: string;
+  /** TCG translation buffer (MB); smaller saves RSS per VM */
+  tbSizeMb: number;
+  /** a guest that has not signalled ready by then is stopped */
+  bootTimeoutMs: number;
+  /** a graceful stop that has not ended by then becomes a forced one */
+  stopTimeoutMs: number;
 }
 
 export function defaultDataDir(): string {
@@ -61,6 +76,14 @@ export const DEFAULTS: Config = {
     },
   },
   logLevel: 'info',
+  machines: {
+    driver: 'qemu',
+    accel: 'auto',
+    qemu: 'qemu-system-x86_64',
+    tbSizeMb: 32,
+    bootTimeoutMs: 180_000,
+    stopTimeoutMs: 15_000,
+  },
 };
 
 type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
@@ -88,6 +111,7 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;
   if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;
   if (env.UNIHOST_LOG_LEVEL) c.logLevel = env.UNIHOST_LOG_LEVEL;
+  if (env.UNIHOST_ACCEL) c.machines = { accel: env.UNIHOST_ACCEL as MachinesConfig['accel'] };
   return c;
 }
 

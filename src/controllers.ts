@@ -1,8 +1,43 @@
 import type { Logger } from 'pino';
 import type { Controller } from './daemon.js';
+import { registerDriver, type DriverFactory } from './machines/driver.js';
+import { probeAccel } from './machines/qemu/accel.js';
+import { hostTscKhz } from './machines/qemu/argv.js';
+import { QemuDriver } from './machines/qemu/driver.js';
+import { MachineController } from './reconcile/machines.js';
+import { VolumeController } from './reconcile/volumes.js';
 import type { Services } from './services/index.js';
 
+/** Builds the configured machine driver; probes KVM once when `accel` is `auto`. */
+export async function machineDriver(s: Services, log: Logger): Promise<DriverFactory> {
+  const m = s.config.machines;
+  if (m.driver !== 'qemu') throw new Error(`unknown machine driver '${m.driver}' (known: qemu)`);
+  const accel = await probeAccel(m.accel, { qemu: m.qemu, log: (msg) => log.info(msg) });
+  log.info({ accel }, `machines: QEMU with ${accel.toUpperCase()}`);
+  const factory: DriverFactory = (onEvent) =>
+    new QemuDriver(
+      {
+        qemu: m.qemu,
+        accel,
+        tbSizeMb: m.tbSizeMb,
+        tscKhz: hostTscKhz(),
+        logDir: (id) => s.paths.instance(id),
+        log: (o, msg) => log.warn(o, msg),
+      },
+      onEvent,
+    );
+  registerDriver('qemu', factory);
+  return factory;
+}
+
 /** The background controllers the daemon runs by default. */
-export function defaultControllers(_s: Services, _log: Logger): Controller[] {
-  return [];
+export async function defaultControllers(s: Services, log: Logger): Promise<Controller[]> {
+  const machines = new MachineController({
+    services: s,
+    driver: await machineDriver(s, log),
+    log,
+    bootTimeoutMs: s.config.machines.bootTimeoutMs,
+    stopTimeoutMs: s.config.machines.stopTimeoutMs,
+  });
+  return [new VolumeController(s, log), machines];
 }

@@ -27,14 +27,15 @@ export interface DaemonOptions {
   logger?: Logger;
   clock?: Clock;
   /** builds the background controllers; default: none (API only) */
-  controllers?: (s: Services, log: Logger) => Controller[];
+  controllers?: (s: Services, log: Logger) => Controller[] | Promise<Controller[]>;
 }
 
 export function splitListen(listen: string): { host: string; port: number } {
   const i = listen.lastIndexOf(':');
   const host = i > 0 ? listen.slice(0, i).replace(/^\[|\]$/g, '') : '127.0.0.1';
   const port = Number(i >= 0 ? listen.slice(i + 1) : listen);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`listen address '${listen}' has no valid port`);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new Error(`listen address '${listen}' has no valid port`);
   return { host, port };
 }
 
@@ -43,8 +44,9 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   const logger = opts.logger ?? pino({ level: config.logLevel });
   const store = new SqliteStore(pathsFor(config.dataDir).db);
   const services = createServices(config, store, opts.clock);
-  const controllers = opts.controllers?.(services, logger) ?? [];
+  const controllers = (await opts.controllers?.(services, logger)) ?? [];
   for (const c of controllers) await c.start();
+  services.controllers = controllers;
   const api = buildApi({ services, logger, bodyLimit: config.bodyLimit });
   const { host, port } = splitListen(config.listen);
   await api.listen({ host, port });

@@ -66,7 +66,10 @@ export function buildOpenApi(endpoints: EndpointDef[]): Record<string, unknown> 
               },
             },
           },
-          default: { description: 'Whole-request error.', content: { 'application/json': { schema: strip(ErrorBody) } } },
+          default: {
+            description: 'Whole-request error.',
+            content: { 'application/json': { schema: strip(ErrorBody) } },
+          },
         },
       };
     }

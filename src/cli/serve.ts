@@ -11,7 +11,10 @@ export function registerServe(program: Command): void {
     .option('--listen <host:port>', 'API listen address (env UNIHOST_LISTEN; default 127.0.0.1:7878)')
     .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR; default /var/lib/unihost as root)')
     .option('--metro <code>', 'metro code shown to users (env UNIHOST_METRO; default local)')
-    .option('--metro-domain <domain>', 'public domain of the metro (env UNIHOST_METRO_DOMAIN; default unihost.localhost)')
+    .option(
+      '--metro-domain <domain>',
+      'public domain of the metro (env UNIHOST_METRO_DOMAIN; default unihost.localhost)',
+    )
     .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)')
     .action(async (o: { listen?: string; dataDir?: string; metro?: string; metroDomain?: string; config?: string }) => {
       const config = loadConfig(o);

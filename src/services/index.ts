@@ -48,6 +48,8 @@ export interface Deps {
   certificates: CertificateService;
   autoscale: AutoscaleService;
   images: ImageService;
+  /** background controllers, set by the daemon once started */
+  controllers?: unknown[];
 }
 
 export type Services = Deps;

@@ -253,6 +253,8 @@ export interface Tx {
   };
   volumes: UserTable<VolumeRec> & {
     forInstance(instanceId: string): Promise<VolumeRec[]>;
+    /** one volume of any user (reconcilers) */
+    getAny(id: string): Promise<VolumeRec | undefined>;
     all(): Promise<VolumeRec[]>;
   };
   certificates: UserTable<CertificateRec>;

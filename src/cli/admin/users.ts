@@ -10,7 +10,10 @@ interface GlobalOpts {
 }
 
 /** Opens the daemon's store directly (SQLite WAL allows this while the daemon runs). */
-export async function withServices<T>(o: GlobalOpts, fn: (s: ReturnType<typeof createServices>, c: Config) => Promise<T>): Promise<T> {
+export async function withServices<T>(
+  o: GlobalOpts,
+  fn: (s: ReturnType<typeof createServices>, c: Config) => Promise<T>,
+): Promise<T> {
   const config = loadConfig({ dataDir: o.dataDir, config: o.config });
   const store = new SqliteStore(pathsFor(config.dataDir).db);
   try {
@@ -20,8 +23,23 @@ export async function withServices<T>(o: GlobalOpts, fn: (s: ReturnType<typeof c
   }
 }
 
-const HARD_KEYS: (keyof Hard)[] = ['instances', 'live_instances', 'live_memory_mb', 'service_groups', 'services', 'volumes', 'total_volume_mb'];
-const LIMIT_KEYS: (keyof Limits)[] = ['min_memory_mb', 'max_memory_mb', 'min_volume_mb', 'max_volume_mb', 'min_autoscale_size', 'max_autoscale_size'];
+const HARD_KEYS: (keyof Hard)[] = [
+  'instances',
+  'live_instances',
+  'live_memory_mb',
+  'service_groups',
+  'services',
+  'volumes',
+  'total_volume_mb',
+];
+const LIMIT_KEYS: (keyof Limits)[] = [
+  'min_memory_mb',
+  'max_memory_mb',
+  'min_volume_mb',
+  'max_volume_mb',
+  'min_autoscale_size',
+  'max_autoscale_size',
+];
 
 function parseQuotaArgs(pairs: string[]): { hard: Partial<Hard>; limits: Partial<Limits> } {
   const hard: Partial<Hard> = {};
@@ -53,7 +71,10 @@ export function registerAdmin(program: Command): void {
       await withServices(admin.opts(), async (s) => {
         const { user: u, token } = await s.users.create(name, o.developer ?? false);
         if (o.quiet) console.log(token);
-        else console.log(`created user '${u.name}' (${u.id})${u.developer ? ' with developer permission' : ''}\ntoken: ${token}\n\nexport UKC_TOKEN=${token}`);
+        else
+          console.log(
+            `created user '${u.name}' (${u.id})${u.developer ? ' with developer permission' : ''}\ntoken: ${token}\n\nexport UKC_TOKEN=${token}`,
+          );
       });
     });
   user
@@ -72,11 +93,14 @@ export function registerAdmin(program: Command): void {
     });
   user
     .command('quotas <name> [KEY=VALUE...]')
-    .description('show a user\'s quotas, or set some (e.g. live_instances=32 max_memory_mb=4096)')
+    .description("show a user's quotas, or set some (e.g. live_instances=32 max_memory_mb=4096)")
     .action(async (name: string, pairs: string[]) => {
       await withServices(admin.opts(), async (s) => {
         const over = parseQuotaArgs(pairs);
-        const u = pairs.length > 0 ? await s.users.setQuotas(name, over) : (await s.users.list()).find((x) => x.name === name.toLowerCase());
+        const u =
+          pairs.length > 0
+            ? await s.users.setQuotas(name, over)
+            : (await s.users.list()).find((x) => x.name === name.toLowerCase());
         if (!u) throw new Error(`no user '${name}'`);
         console.log(JSON.stringify(await s.users.quotas(u), null, 2));
       });

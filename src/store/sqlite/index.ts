@@ -271,6 +271,7 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }): T
       forInstance: async (instanceId) =>
         many(S.volumes, 'SELECT * FROM volumes WHERE instance_id=? ORDER BY rowid', instanceId),
       all: async () => many(S.volumes, 'SELECT * FROM volumes ORDER BY rowid'),
+      getAny: async (id) => one(S.volumes, 'SELECT * FROM volumes WHERE id=?', id),
     },
     certificates: userTable(S.certificates),
     autoscale: {

@@ -1,0 +1,41 @@
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ImportResult, ImageService } from '../services/images.js';
+
+/** The metadata file `guest/build-images.sh` writes per test image (docs/guest-contract.md §5). */
+interface GuestImageMeta {
+  schema: string;
+  ref: string;
+  kernel: string;
+  initrd?: string;
+  args?: string[];
+  env?: Record<string, string>;
+  kernel_args?: string;
+  machine?: 'microvm' | 'pc';
+  min_memory_mb?: number;
+}
+
+/** Imports every `<app>.json` of a guest image directory as an official image; idempotent. */
+export async function importGuestImages(images: ImageService, dir: string): Promise<ImportResult[]> {
+  if (!existsSync(dir)) throw new Error(`${dir} does not exist: run guest/build-images.sh first`);
+  const out: ImportResult[] = [];
+  for (const f of readdirSync(dir)
+    .filter((n) => n.endsWith('.json'))
+    .sort()) {
+    const meta = JSON.parse(readFileSync(join(dir, f), 'utf8')) as GuestImageMeta;
+    if (meta.schema !== 'unihost-guest-image/1') continue;
+    out.push(
+      await images.importKernel(meta.ref, {
+        kernel: join(dir, meta.kernel),
+        initrd: meta.initrd ? join(dir, meta.initrd) : undefined,
+        args: meta.args,
+        env: meta.env,
+        kernelArgs: meta.kernel_args,
+        machine: meta.machine,
+        minMemoryMb: meta.min_memory_mb,
+      }),
+    );
+  }
+  if (out.length === 0) throw new Error(`no guest image metadata (*.json) in ${dir}`);
+  return out;
+}

@@ -1,0 +1,101 @@
+/**
+ * The narrow interface between the machine controller and a VMM. A driver
+ * boots, stops and kills VMs and reports what it observes; it never touches
+ * the store. Drivers are chosen by name from a registry, so a Firecracker
+ * driver can sit beside the QEMU one.
+ */
+export type Machine = 'microvm' | 'pc';
+
+/** How the guest reports to the host (docs/guest-contract.md). */
+export type Contract = 'unihost' | 'unikraft';
+
+export interface Disk {
+  path: string;
+  /** the `vfs.fstab` tag; also the virtio-blk serial */
+  tag: string;
+  readonly: boolean;
+}
+
+export interface MachineSpec {
+  /** instance id */
+  id: string;
+  /** per-instance runtime directory (sockets, control channel, raw console) */
+  dir: string;
+  kernel: string;
+  initrd?: string;
+  /** full kernel command line: image args, platform args, `--`, app args */
+  cmdline: string;
+  memoryMb: number;
+  machine: Machine;
+  contract: Contract;
+  nic?: { tap: string; mac: string };
+  disks: Disk[];
+}
+
+/** What the daemon persists to adopt a running VM after a restart. */
+export interface MachineRuntime {
+  pid: number;
+  /** ms since the epoch when the VMM process was spawned */
+  spawnedAt: number;
+  accel: string;
+}
+
+/** Parsed control channel of one boot (docs/guest-contract.md §2). */
+export interface ControlState {
+  init: boolean;
+  ready: boolean;
+  stop: boolean;
+  shutdown: boolean;
+  exit: number | null;
+  killed: boolean;
+  signal: number | null;
+  oom: boolean;
+  errno: number | null;
+}
+
+export type MachineEvent =
+  /** the VMM is up and its control socket answers */
+  | { type: 'loaded'; at: number }
+  /** the guest kernel handed over to init */
+  | { type: 'init'; at: number }
+  /** the application is about to start (the boot time mark) */
+  | { type: 'ready'; at: number }
+  /** the VM is gone; `status` is the VMM's exit status when known */
+  | { type: 'exit'; at: number; status: number | null; panicked: boolean; control: ControlState; stderr: string };
+
+export interface MachineDriver {
+  readonly name: string;
+  /**
+   * Boots a VM. Resolves once the VMM process runs; events for it go to the
+   * listener given at construction. Call only when no VM of `spec.id` runs.
+   */
+  start(spec: MachineSpec): Promise<MachineRuntime>;
+  /** Re-attaches to a VM started by an earlier daemon. Resolves false when it is gone. */
+  adopt(spec: MachineSpec, rt: MachineRuntime): Promise<boolean>;
+  /** Asks the guest to shut down (repeats the request until the guest reacts). */
+  stop(id: string): Promise<void>;
+  /** Ends the VM at once (no clean shutdown). */
+  kill(id: string): Promise<void>;
+  /** Kills the VM if it runs and removes its runtime files. */
+  delete(id: string, dir: string): Promise<void>;
+  /** Whether a VM of `id` is known to this driver and running. */
+  inspect(id: string): { running: boolean; pid: number | null };
+  /** CPU time and memory of the VM's process, for accounting and autoscale. */
+  stats(id: string): { cpuMs: number; rssBytes: number } | undefined;
+  /** Stops watching every VM (the VMs keep running). */
+  close(): Promise<void>;
+}
+
+export type DriverFactory = (onEvent: (id: string, ev: MachineEvent) => void) => MachineDriver;
+
+const registry = new Map<string, DriverFactory>();
+
+export function registerDriver(name: string, f: DriverFactory): void {
+  registry.set(name, f);
+}
+
+export function driverFactory(name: string): DriverFactory {
+  const f = registry.get(name);
+  if (!f) throw new Error(`unknown machine driver '${name}' (known: ${[...registry.keys()].join(', ')})`);
+  return f;
+}

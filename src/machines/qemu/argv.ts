@@ -1,0 +1,85 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { MachineSpec } from '../driver.js';
+
+export interface QemuOptions {
+  accel: 'kvm' | 'tcg';
+  /** TCG translation buffer in MB (smaller: less RSS); 0 = QEMU default */
+  tbSizeMb: number;
+  /** host TSC kHz for `tsc_early_khz` (microvm guests hang without it); 0 = omit */
+  tscKhz: number;
+}
+
+/** Files QEMU reads and writes in an instance's runtime dir. */
+export const runtimeFiles = (dir: string) => ({
+  qmp: join(dir, 'qmp.sock'),
+  control: join(dir, 'control.log'),
+  serial: join(dir, 'serial.raw'),
+  stderr: join(dir, 'qemu.err'),
+});
+
+/**
+ * The QEMU command line of docs/guest-contract.md §3. `microvm` uses
+ * virtio-mmio devices, `pc` virtio-pci (Unikraft multiboot kernels).
+ */
+export function qemuArgv(spec: MachineSpec, o: QemuOptions): string[] {
+  const f = runtimeFiles(spec.dir);
+  const micro = spec.machine === 'microvm';
+  const accel = o.accel === 'tcg' && o.tbSizeMb > 0 ? `tcg,tb-size=${o.tbSizeMb}` : o.accel;
+  let cmdline = spec.cmdline;
+  if (micro && o.tscKhz > 0) cmdline = injectBeforeDashes(cmdline, `tsc_early_khz=${o.tscKhz}`);
+  const a = [
+    '-name',
+    `unihost-${spec.id}`,
+    '-M',
+    micro ? 'microvm' : 'pc',
+    '-accel',
+    accel,
+    '-cpu',
+    o.accel === 'kvm' ? 'qemu64' : 'max',
+    '-smp',
+    '1',
+    '-m',
+    String(spec.memoryMb),
+    '-nodefaults',
+    '-no-user-config',
+    '-nographic',
+    '-no-reboot',
+    '-kernel',
+    spec.kernel,
+  ];
+  if (spec.initrd) a.push('-initrd', spec.initrd);
+  a.push('-append', cmdline);
+  a.push('-chardev', `file,id=con,path=${f.serial},append=on`, '-serial', 'chardev:con');
+  if (spec.contract === 'unihost')
+    a.push('-chardev', `file,id=ctl,path=${f.control}`, '-device', 'isa-serial,chardev=ctl,index=1');
+  else a.push('-device', 'isa-debug-exit,iobase=0x501,iosize=2');
+  a.push('-device', 'pvpanic', '-action', 'panic=exit-failure');
+  a.push('-qmp', `unix:${f.qmp},server=on,wait=off`);
+  if (spec.nic) {
+    a.push('-netdev', `tap,id=net0,ifname=${spec.nic.tap},script=no,downscript=no`);
+    a.push('-device', `${micro ? 'virtio-net-device' : 'virtio-net-pci'},netdev=net0,mac=${spec.nic.mac}`);
+  }
+  for (const d of spec.disks) {
+    a.push('-drive', `file=${d.path},if=none,id=${d.tag},format=raw${d.readonly ? ',readonly=on' : ''}`);
+    a.push('-device', `${micro ? 'virtio-blk-device' : 'virtio-blk-pci'},drive=${d.tag},serial=${d.tag}`);
+  }
+  return a;
+}
+
+/** Puts a kernel parameter before the `--` that starts the application args. */
+function injectBeforeDashes(cmdline: string, param: string): string {
+  const i = cmdline.search(/(^|\s)--(\s|$)/);
+  if (i < 0) return `${cmdline} ${param}`.trim();
+  return `${cmdline.slice(0, i)} ${param}${cmdline.slice(i)}`.replace(/^\s+/, '');
+}
+
+/** Host TSC frequency in kHz (DATAPLANE-NOTES: microvm guests need it), or 0 when unknown. */
+export function hostTscKhz(): number {
+  try {
+    const m = /cpu MHz\s*:\s*([\d.]+)/.exec(readFileSync('/proc/cpuinfo', 'utf8'));
+    return m ? Math.round(Number(m[1]) * 1000) : 0;
+  } catch {
+    return 0;
+  }
+}

@@ -1,0 +1,324 @@
+import { spawn } from 'node:child_process';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  watch,
+  type FSWatcher,
+} from 'node:fs';
+import { ConsoleLog } from '../console-log.js';
+import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../driver.js';
+import { processStats } from '../stats.js';
+import { parseControl } from '../stop-info.js';
+import { QmpClient } from './qmp.js';
+import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
+
+export interface QemuDriverOptions extends QemuOptions {
+  qemu: string;
+  /** directory of an instance's console log (persists across boots) */
+  logDir(id: string): string;
+  /** raw console bytes kept before they are moved into the bounded log */
+  serialChunk?: number;
+  log?: (obj: object, msg: string) => void;
+}
+
+interface Vm {
+  id: string;
+  dir: string;
+  pid: number;
+  contract: MachineSpec['contract'];
+  spawnedAt: number;
+  qmp: QmpClient | null;
+  watcher: FSWatcher | null;
+  poll: NodeJS.Timeout | null;
+  powerdown: NodeJS.Timeout | null;
+  panicked: boolean;
+  status: number | null;
+  exited: boolean;
+  ctlOffset: number;
+  ctlText: string;
+  seen: { init: boolean; ready: boolean };
+  console: ConsoleLog;
+  /** console bytes of this boot (for the crash cause), capped */
+  bootConsole: string;
+  serialOffset: number;
+  done: Promise<void>;
+  resolveDone: () => void;
+}
+
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * Boots each VM as a detached `qemu-system-x86_64` in its own process group,
+ * so VMs outlive a daemon restart. Control (QMP) and guest signals (control
+ * serial port written to a file) are re-read when a VM is adopted.
+ */
+export class QemuDriver implements MachineDriver {
+  readonly name = 'qemu';
+  private readonly vms = new Map<string, Vm>();
+
+  constructor(
+    private readonly o: QemuDriverOptions,
+    private readonly onEvent: (id: string, ev: MachineEvent) => void,
+  ) {}
+
+  async start(spec: MachineSpec): Promise<MachineRuntime> {
+    if (this.vms.get(spec.id)?.exited === false) throw new Error(`VM ${spec.id} is already running`);
+    mkdirSync(spec.dir, { recursive: true });
+    const f = runtimeFiles(spec.dir);
+    for (const p of Object.values(f)) rmSync(p, { force: true });
+    const err = openSync(f.stderr, 'w');
+    const spawnedAt = Date.now();
+    let child;
+    try {
+      child = spawn(this.o.qemu, qemuArgv(spec, this.o), { detached: true, stdio: ['ignore', 'ignore', err] });
+    } finally {
+      closeSync(err);
+    }
+    const pid = await new Promise<number>((resolve, reject) => {
+      child.once('spawn', () => resolve(child.pid!));
+      child.once('error', reject);
+    });
+    child.unref();
+    const vm = this.track(spec, pid, spawnedAt);
+    child.once('exit', (code) => {
+      vm.status = code;
+      this.finish(vm);
+    });
+    void this.connectQmp(vm);
+    return { pid, spawnedAt, accel: this.o.accel };
+  }
+
+  async adopt(spec: MachineSpec, rt: MachineRuntime): Promise<boolean> {
+    let mine = false;
+    try {
+      mine = readFileSync(`/proc/${rt.pid}/cmdline`, 'utf8').includes(`unihost-${spec.id}`);
+    } catch {
+      mine = false;
+    }
+    const vm = this.track(spec, rt.pid, rt.spawnedAt, true);
+    if (!mine) {
+      this.finish(vm);
+      return false;
+    }
+    void this.connectQmp(vm);
+    return true;
+  }
+
+  /** Starts following a VM's files; `adopted`: not our child, so its exit is noticed by polling the pid. */
+  private track(spec: MachineSpec, pid: number, spawnedAt: number, adopted = false): Vm {
+    let resolveDone!: () => void;
+    const done = new Promise<void>((r) => (resolveDone = r));
+    const vm: Vm = {
+      id: spec.id,
+      dir: spec.dir,
+      pid,
+      contract: spec.contract,
+      spawnedAt,
+      qmp: null,
+      watcher: null,
+      poll: null,
+      powerdown: null,
+      panicked: false,
+      status: null,
+      exited: false,
+      ctlOffset: 0,
+      ctlText: '',
+      seen: { init: false, ready: false },
+      console: new ConsoleLog(this.o.logDir(spec.id)),
+      bootConsole: '',
+      serialOffset: 0,
+      done,
+      resolveDone,
+    };
+    this.vms.set(spec.id, vm);
+    try {
+      vm.watcher = watch(spec.dir, () => this.pump(vm));
+    } catch {
+      vm.watcher = null;
+    }
+    // inotify can miss events on some file systems; a poll backs it up (and sees an adopted VM end).
+    vm.poll = setInterval(() => {
+      this.pump(vm);
+      if (adopted && !alive(vm.pid)) this.finish(vm);
+    }, 250);
+    this.pump(vm);
+    return vm;
+  }
+
+  private async connectQmp(vm: Vm): Promise<void> {
+    try {
+      const q = await QmpClient.connect(runtimeFiles(vm.dir).qmp, 10_000);
+      if (vm.exited) return q.close();
+      vm.qmp = q;
+      q.on('event', (name: string) => {
+        if (name === 'GUEST_PANICKED') vm.panicked = true;
+      });
+      q.on('close', () => {
+        vm.qmp = null;
+        setTimeout(() => {
+          if (!alive(vm.pid)) this.finish(vm);
+        }, 50);
+      });
+      this.onEvent(vm.id, { type: 'loaded', at: Date.now() });
+    } catch (e) {
+      this.o.log?.({ id: vm.id, err: e }, 'QMP connection failed');
+    }
+  }
+
+  /** Moves new console bytes into the bounded log and reads new control lines. */
+  private pump(vm: Vm): void {
+    const f = runtimeFiles(vm.dir);
+    const fresh = readFrom(f.serial, vm.serialOffset);
+    if (fresh.length > 0) {
+      vm.console.append(fresh);
+      vm.serialOffset += fresh.length;
+      vm.bootConsole = (vm.bootConsole + fresh.toString('utf8')).slice(-65536);
+      if (vm.serialOffset > (this.o.serialChunk ?? 256 * 1024)) {
+        // QEMU appends (O_APPEND), so truncating restarts its writes at 0.
+        truncateSync(f.serial, 0);
+        vm.serialOffset = 0;
+      }
+    }
+    if (vm.contract === 'unihost') {
+      const ctl = readFrom(f.control, vm.ctlOffset);
+      if (ctl.length > 0) {
+        vm.ctlOffset += ctl.length;
+        vm.ctlText += ctl.toString('utf8');
+        const c = parseControl(vm.ctlText);
+        if (c.init && !vm.seen.init) {
+          vm.seen.init = true;
+          this.onEvent(vm.id, { type: 'init', at: Date.now() });
+        }
+        if (c.ready && !vm.seen.ready) {
+          vm.seen.ready = true;
+          this.onEvent(vm.id, { type: 'ready', at: Date.now() });
+        }
+      }
+    } else if (vm.bootConsole.length > 0 && !vm.seen.ready) {
+      // Stock Unikraft kernels have no control channel: the first console output marks the boot.
+      vm.seen.init = vm.seen.ready = true;
+      this.onEvent(vm.id, { type: 'ready', at: Date.now() });
+    }
+  }
+
+  private finish(vm: Vm): void {
+    if (vm.exited) return;
+    vm.exited = true;
+    this.pump(vm);
+    vm.watcher?.close();
+    if (vm.poll) clearInterval(vm.poll);
+    if (vm.powerdown) clearInterval(vm.powerdown);
+    vm.qmp?.close();
+    let stderr = '';
+    try {
+      stderr = readFileSync(runtimeFiles(vm.dir).stderr, 'utf8').slice(-4096);
+    } catch {
+      stderr = '';
+    }
+    const control: ControlState = parseControl(vm.ctlText);
+    const panicked = vm.panicked || vm.status === 1;
+    vm.resolveDone();
+    this.onEvent(vm.id, { type: 'exit', at: Date.now(), status: vm.status, panicked, control, stderr });
+  }
+
+  /** Console text of the current boot (crash causes). */
+  bootConsole(id: string): string {
+    return this.vms.get(id)?.bootConsole ?? '';
+  }
+
+  async stop(id: string): Promise<void> {
+    const vm = this.vms.get(id);
+    if (!vm || vm.exited || vm.powerdown) return;
+    const press = (): void => {
+      const c = parseControl(vm.ctlText);
+      if (vm.exited || c.stop || c.shutdown) {
+        if (vm.powerdown) clearInterval(vm.powerdown);
+        return;
+      }
+      vm.qmp?.execute('system_powerdown').catch(() => undefined);
+    };
+    // A press before the guest's acpid runs is lost: repeat until the guest says STOP.
+    vm.powerdown = setInterval(press, 1000);
+    press();
+  }
+
+  async kill(id: string): Promise<void> {
+    const vm = this.vms.get(id);
+    if (!vm || vm.exited) return;
+    try {
+      process.kill(-vm.pid, 'SIGKILL');
+    } catch {
+      try {
+        process.kill(vm.pid, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
+    }
+    await Promise.race([vm.done, new Promise((r) => setTimeout(r, 5000))]);
+    if (!vm.exited && !alive(vm.pid)) this.finish(vm);
+  }
+
+  async delete(id: string, dir: string): Promise<void> {
+    await this.kill(id);
+    this.vms.delete(id);
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  inspect(id: string): { running: boolean; pid: number | null } {
+    const vm = this.vms.get(id);
+    return { running: !!vm && !vm.exited, pid: vm?.pid ?? null };
+  }
+
+  stats(id: string): { cpuMs: number; rssBytes: number } | undefined {
+    const vm = this.vms.get(id);
+    return vm && !vm.exited ? processStats(vm.pid) : undefined;
+  }
+
+  async close(): Promise<void> {
+    for (const vm of this.vms.values()) {
+      vm.watcher?.close();
+      if (vm.poll) clearInterval(vm.poll);
+      if (vm.powerdown) clearInterval(vm.powerdown);
+      vm.qmp?.close();
+    }
+    this.vms.clear();
+  }
+}
+
+function readFrom(path: string, offset: number): Buffer {
+  if (!existsSync(path)) return Buffer.alloc(0);
+  const size = statSync(path).size;
+  if (size <= offset) return Buffer.alloc(0);
+  const fd = openSync(path, 'r');
+  try {
+    const buf = Buffer.alloc(size - offset);
+    const n = readSyncAll(fd, buf, offset);
+    return buf.subarray(0, n);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function readSyncAll(fd: number, buf: Buffer, pos: number): number {
+  let n = 0;
+  while (n < buf.length) {
+    const r = readSync(fd, buf, n, buf.length - n, pos + n);
+    if (r === 0) break;
+    n += r;
+  }
+  return n;
+}

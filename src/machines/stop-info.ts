@@ -1,0 +1,158 @@
+import type { Contract, ControlState } from './driver.js';
+import { STOP } from '../domain/instance-states.js';
+
+/**
+ * Maps what the host observed when a VM ended to the spec's `stop_reason`,
+ * `exit_code` and `stop_code` (api-v1.md; table in docs/guest-contract.md §4).
+ */
+export interface StopInput {
+  control: ControlState;
+  /** VMM exit status; null when unknown (adopted VM) */
+  status: number | null;
+  /** QMP GUEST_PANICKED seen */
+  panicked: boolean;
+  /** who asked the VM to stop, if anyone */
+  initiator: 'none' | 'user' | 'platform';
+  /** the host ended the VM without a clean shutdown */
+  forced: boolean;
+  /** console output of this boot (crash cause) */
+  console: string;
+  contract: Contract;
+}
+
+export interface StopInfo {
+  stop_reason: number;
+  exit_code: number | null;
+  stop_code: number | null;
+}
+
+/** Crash cause from the console: [pattern, reason, errno]; the first match wins. */
+const CRASH_CAUSES: ReadonlyArray<[RegExp, number, number]> = [
+  [/Out of memory|System is deadlocked on memory/, 1, 12],
+  [/divide error/, 2, 0],
+  [/invalid opcode/, 3, 0],
+  [
+    /BUG: unable to handle page fault|BUG: kernel NULL pointer dereference|unable to handle kernel paging request/,
+    4,
+    14,
+  ],
+  [/general protection fault|stack segment/, 5, 0],
+  [/Machine check|\[Hardware Error\]/, 6, 0],
+  [/stack-protector|Kernel stack is corrupted|Kernel memory overwrite attempt/, 7, 0],
+  [/Unhandled Trap 0\b|Divide error/i, 2, 0],
+  [/Unhandled Trap 6\b/, 3, 0],
+  [/Unhandled Trap 14\b|Page fault/, 4, 14],
+  [/Unhandled Trap 13\b/, 5, 0],
+];
+
+/** Application signal → [reason, errno]. */
+const SIGNAL_CAUSES: Record<number, [number, number]> = { 11: [5, 14], 7: [4, 14], 4: [3, 0], 8: [2, 0], 31: [7, 0] };
+
+export function crashCause(console: string): [number, number] {
+  for (const [re, reason, errno] of CRASH_CAUSES) if (re.test(console)) return [reason, errno];
+  return [1, 0];
+}
+
+export function stopCode(reason: number, initlvl: number, errno: number, shutdown: boolean): number {
+  return ((errno & 0xff) << 16) | ((shutdown ? 1 : 0) << 15) | ((initlvl & 0x7f) << 8) | (reason & 0xff);
+}
+
+export function deriveStop(i: StopInput): StopInfo {
+  const who = i.initiator === 'user' ? STOP.U | STOP.P : i.initiator === 'platform' ? STOP.P : 0;
+  if (i.forced) return { stop_reason: STOP.F | (who || STOP.P), exit_code: null, stop_code: null };
+  const c = i.control;
+  if (i.contract === 'unikraft') return deriveUnikraft(i, who);
+  const crashed = i.status === 1 || i.panicked || !c.shutdown;
+  if (crashed) {
+    let [reason, errno] = crashCause(i.console);
+    if (c.errno !== null) [reason, errno] = [1, c.errno];
+    const lvl = c.ready ? 127 : c.init ? 1 : 0;
+    const afterEnd = c.stop || c.exit !== null || c.killed || c.signal !== null;
+    const exit = c.exit !== null && !c.killed ? c.exit : null;
+    return {
+      stop_reason: who | STOP.K | (exit !== null ? STOP.A : 0),
+      exit_code: exit,
+      stop_code: stopCode(reason, lvl, errno, afterEnd),
+    };
+  }
+  if (c.signal !== null && !c.killed) {
+    const [reason, errno] = c.signal === 9 && c.oom ? [1, 12] : (SIGNAL_CAUSES[c.signal] ?? [1, 0]);
+    return { stop_reason: who | STOP.K, exit_code: null, stop_code: stopCode(reason, 127, errno, false) };
+  }
+  if (c.exit !== null) return { stop_reason: who | STOP.A | STOP.K, exit_code: c.exit, stop_code: 0 };
+  return { stop_reason: who | STOP.K, exit_code: null, stop_code: 0 };
+}
+
+/** Stock Unikraft kernels: no control channel; isa-debug-exit 83 = halt, 85 = crash (compat-notes.md). */
+function deriveUnikraft(i: StopInput, who: number): StopInfo {
+  const crashed =
+    i.status === 85 ||
+    i.status === 1 ||
+    i.panicked ||
+    /Abnormal termination|Could not initialize the HWRNG/.test(i.console);
+  if (crashed) {
+    const [reason, errno] = /Could not initialize the HWRNG \((-?\d+)\)/.test(i.console)
+      ? [1, Math.abs(Number(/HWRNG \((-?\d+)\)/.exec(i.console)![1]))]
+      : crashCause(i.console);
+    return { stop_reason: who | STOP.K, exit_code: null, stop_code: stopCode(reason, 127, errno, who !== 0) };
+  }
+  if (i.status === null && who === 0) return { stop_reason: 0, exit_code: null, stop_code: null };
+  return { stop_reason: who | STOP.K, exit_code: null, stop_code: 0 };
+}
+
+/** Whether a stop counts as a failure for restart policy `on-failure`. */
+export function isFailure(s: StopInfo): boolean {
+  return (
+    (s.stop_code !== null && (s.stop_code & 0xff) !== 0) ||
+    (s.exit_code !== null && s.exit_code !== 0) ||
+    s.stop_reason === 0
+  );
+}
+
+/** Parses control-channel text (docs/guest-contract.md §2). */
+export function parseControl(text: string): ControlState {
+  const c: ControlState = {
+    init: false,
+    ready: false,
+    stop: false,
+    shutdown: false,
+    exit: null,
+    killed: false,
+    signal: null,
+    oom: false,
+    errno: null,
+  };
+  for (const raw of text.split('\n')) {
+    const w = raw.replace(/\r$/, '').trim().split(/\s+/);
+    if (w[0] !== 'UNIHOST') continue;
+    const n = Number(w[2]);
+    switch (w[1]) {
+      case 'INIT':
+        c.init = true;
+        break;
+      case 'READY':
+        c.ready = true;
+        break;
+      case 'STOP':
+        c.stop = true;
+        break;
+      case 'SHUTDOWN':
+        c.shutdown = true;
+        break;
+      case 'EXIT':
+        if (Number.isInteger(n)) c.exit = n;
+        break;
+      case 'KILLED':
+        c.killed = true;
+        break;
+      case 'SIGNAL':
+        if (Number.isInteger(n)) c.signal = n;
+        c.oom = w.includes('oom');
+        break;
+      case 'ERROR':
+        if (Number.isInteger(n)) c.errno = n;
+        break;
+    }
+  }
+  return c;
+}

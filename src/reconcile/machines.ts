@@ -1,0 +1,395 @@
+import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Controller } from '../daemon.js';
+import { buildCmdline } from '../domain/cmdline.js';
+import { backoffMs, HEALTHY_AFTER_MS, shouldRestart } from '../domain/restart.js';
+import { imageBootFiles } from '../images/boot-files.js';
+import { ConsoleLog } from '../machines/console-log.js';
+import type {
+  Contract,
+  DriverFactory,
+  MachineDriver,
+  MachineEvent,
+  MachineRuntime,
+  MachineSpec,
+} from '../machines/driver.js';
+import { deriveStop, isFailure, type StopInfo } from '../machines/stop-info.js';
+import type { Services } from '../services/index.js';
+import type { InstanceRec } from '../store/types.js';
+import { KeyedQueue, Timers, type TimerApi } from './engine.js';
+
+export interface MachineControllerOptions {
+  services: Services;
+  driver: DriverFactory;
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
+  /** a guest that has not signalled ready by then is stopped (platform, forced) */
+  bootTimeoutMs?: number;
+  /** a graceful stop that has not ended by then becomes a forced one */
+  stopTimeoutMs?: number;
+  /** open connections of an instance, from the gateway; undefined while no gateway tracks it */
+  connections?: (id: string) => number | undefined;
+  timers?: TimerApi;
+}
+
+interface RuntimeRec extends MachineRuntime {
+  contract: Contract;
+  /** when the graceful stop request was sent (ms), for escalation */
+  stopSentAt?: number;
+}
+
+/**
+ * Drives instances' VMs to match the store (level-based): boots instances in
+ * `starting`, stops those in `stopping`/`draining`, records what the guest
+ * reports, applies restart policies with back-off, adopts VMs after a daemon
+ * restart and cleans up after deleted instances. One reconcile per instance
+ * runs at a time.
+ */
+export class MachineController implements Controller {
+  readonly driver: MachineDriver;
+  private readonly s: Services;
+  private readonly queue = new KeyedQueue();
+  private readonly timers: Timers;
+  private readonly bootTimeoutMs: number;
+  private readonly stopTimeoutMs: number;
+  private off: (() => void) | null = null;
+  private closed = false;
+
+  constructor(private readonly o: MachineControllerOptions) {
+    this.s = o.services;
+    this.timers = new Timers(o.timers, (id) => this.kick(id));
+    this.bootTimeoutMs = o.bootTimeoutMs ?? 180_000;
+    this.stopTimeoutMs = o.stopTimeoutMs ?? 15_000;
+    this.driver = o.driver((id, ev) => this.queue.run(id, () => this.onVmEvent(id, ev)));
+  }
+
+  private now(): number {
+    return this.s.clock.now();
+  }
+
+  /** Schedules a reconcile of one instance. */
+  kick(id: string): void {
+    if (!this.closed) void this.queue.run(id, () => this.reconcile(id));
+  }
+
+  async start(): Promise<void> {
+    this.off = this.s.store.onChange((c) => {
+      if (c.kind === 'instance') this.kick(c.id);
+      if (c.kind === 'volume') void this.kickVolumeOwner(c.id);
+    });
+    await this.adoptAll();
+  }
+
+  async stop(): Promise<void> {
+    this.closed = true;
+    this.off?.();
+    this.timers.clearAll();
+    await this.queue.drain();
+    await this.driver.close();
+  }
+
+  /** Waits until every queued reconcile has run (tests). */
+  idle(): Promise<void> {
+    return this.queue.drain();
+  }
+
+  private async kickVolumeOwner(volumeId: string): Promise<void> {
+    const v = await this.s.store.read((tx) => tx.volumes.getAny(volumeId));
+    if (v?.instance_id) this.kick(v.instance_id);
+  }
+
+  /** On daemon start: re-attach to running VMs, settle the ones that vanished, remove orphans. */
+  private async adoptAll(): Promise<void> {
+    const all = await this.s.store.read((tx) => tx.instances.all());
+    const known = new Set(all.map((i) => i.id));
+    for (const inst of all) {
+      const rt = inst.runtime as Partial<RuntimeRec>;
+      if (rt.pid) {
+        const spec = {
+          id: inst.id,
+          dir: this.s.paths.instance(inst.id),
+          contract: rt.contract ?? 'unihost',
+        } as MachineSpec;
+        const alive = await this.driver.adopt(spec, rt as RuntimeRec);
+        this.o.log.info(
+          { id: inst.id, pid: rt.pid, alive },
+          alive ? 'adopted running VM' : 'VM ended while the daemon was down',
+        );
+      } else if (inst.state !== 'stopped' && inst.state !== 'standby' && inst.state !== 'starting') {
+        await this.settleVanished(inst, 'the VM was not running when the daemon started');
+      }
+      this.kick(inst.id);
+    }
+    const dir = join(this.s.config.dataDir, 'instances');
+    if (existsSync(dir)) {
+      for (const id of readdirSync(dir)) if (!known.has(id)) rmSync(join(dir, id), { recursive: true, force: true });
+    }
+  }
+
+  private async settleVanished(inst: InstanceRec, why: string): Promise<void> {
+    this.note(inst.id, why);
+    await this.s.store.tx(async (tx) => {
+      await tx.instances.update(inst.id, {
+        state: 'stopped',
+        desired: 'stopped',
+        stop_reason: 0,
+        exit_code: null,
+        stop_code: null,
+        stopped_at: new Date(this.now()).toISOString(),
+        stop_request: null,
+        runtime: {},
+      });
+    });
+  }
+
+  /** Appends a platform message to the instance's console log, so `GET log` shows why. */
+  private note(id: string, msg: string): void {
+    new ConsoleLog(this.s.paths.instance(id)).append(Buffer.from(`\n[unihost] ${msg}\n`));
+  }
+
+  private async reconcile(id: string): Promise<void> {
+    if (this.closed) return;
+    const inst = await this.s.store.read((tx) => tx.instances.getAny(id));
+    const vm = this.driver.inspect(id);
+    if (!inst) {
+      this.timers.clear(id);
+      if (vm.running || existsSync(this.s.paths.instance(id))) await this.driver.delete(id, this.s.paths.instance(id));
+      return;
+    }
+    const now = this.now();
+    const rt = inst.runtime as Partial<RuntimeRec>;
+    if (!vm.running) {
+      if (inst.state === 'starting' && inst.desired === 'running' && !rt.pid) return this.boot(inst);
+      if (inst.state === 'stopped' && inst.desired === 'running' && inst.restart_next_at) {
+        const due = Date.parse(inst.restart_next_at);
+        if (due > now) return this.timers.at(id, due, now);
+        return this.restartNow(inst);
+      }
+      return;
+    }
+    switch (inst.state) {
+      case 'starting':
+        if (rt.spawnedAt && now - rt.spawnedAt >= this.bootTimeoutMs) {
+          this.note(
+            id,
+            `the guest did not signal ready within ${Math.round(this.bootTimeoutMs / 1000)} s; stopping it`,
+          );
+          return this.escalate(inst);
+        }
+        if (rt.spawnedAt) this.timers.at(id, rt.spawnedAt + this.bootTimeoutMs, now);
+        return;
+      case 'running':
+        if (inst.restart_attempt > 0 && inst.started_at) {
+          const healthyAt = Date.parse(inst.started_at) + HEALTHY_AFTER_MS;
+          if (now >= healthyAt) {
+            await this.s.store.tx((tx) => tx.instances.update(id, { restart_attempt: 0, restart_next_at: null }));
+          } else this.timers.at(id, healthyAt, now);
+        }
+        return;
+      case 'draining': {
+        const until = inst.stop_request?.drain_until ?? now;
+        if (now < until && this.o.connections?.(id) !== 0) return this.timers.at(id, until, now);
+        await this.s.store.tx(async (tx) => {
+          const cur = await tx.instances.getAny(id);
+          if (cur?.state === 'draining') await tx.instances.update(id, { state: 'stopping' });
+        });
+        return;
+      }
+      case 'stopping':
+        if (inst.stop_request?.force) return this.driver.kill(id);
+        if (!rt.stopSentAt) {
+          await this.s.store.tx((tx) => tx.instances.update(id, { runtime: { ...rt, stopSentAt: now } }));
+          await this.driver.stop(id);
+          return this.timers.at(id, now + this.stopTimeoutMs, now);
+        }
+        if (now >= rt.stopSentAt + this.stopTimeoutMs) {
+          this.note(
+            id,
+            `the guest did not shut down within ${Math.round(this.stopTimeoutMs / 1000)} s; stopping it forcefully`,
+          );
+          return this.escalate(inst);
+        }
+        return this.timers.at(id, rt.stopSentAt + this.stopTimeoutMs, now);
+      default:
+        return;
+    }
+  }
+
+  /** Turns a stop into a forced one, keeping who initiated it. */
+  private async escalate(inst: InstanceRec): Promise<void> {
+    await this.s.store.tx((tx) =>
+      tx.instances.update(inst.id, {
+        state: 'stopping',
+        stop_request: { force: true, drain_until: null, by: inst.stop_request?.by ?? 'platform' },
+      }),
+    );
+    await this.driver.kill(inst.id);
+  }
+
+  /** A back-off delay has passed: start again (live quotas apply). */
+  private async restartNow(inst: InstanceRec): Promise<void> {
+    try {
+      await this.s.store.tx(async (tx) => {
+        const cur = await tx.instances.getAny(inst.id);
+        if (!cur || cur.state !== 'stopped' || cur.desired !== 'running') return;
+        const user = (await tx.users.get(cur.user_id))!;
+        await this.s.instances.startInTx(tx, user, cur, false);
+        await tx.instances.update(cur.id, { restart_next_at: null });
+      });
+    } catch (e) {
+      this.note(inst.id, `restart by policy failed: ${(e as Error).message}`);
+      await this.s.store.tx((tx) => tx.instances.update(inst.id, { desired: 'stopped', restart_next_at: null }));
+    }
+  }
+
+  private async bootSpec(inst: InstanceRec): Promise<MachineSpec> {
+    const img = await imageBootFiles(this.s.paths, inst.image);
+    const volumes = await this.s.store.read((tx) => tx.volumes.forInstance(inst.id));
+    const contract: Contract = img.machine === 'microvm' ? 'unihost' : 'unikraft';
+    return {
+      id: inst.id,
+      dir: this.s.paths.instance(inst.id),
+      kernel: img.kernel,
+      initrd: img.initrd,
+      cmdline: buildCmdline({
+        kernelArgs: img.kernelArgs,
+        env: { ...img.env, ...inst.env },
+        mounts: volumes.map((v, i) => ({ tag: `vol${i}`, at: v.at ?? '/data', readonly: v.readonly })),
+        args: inst.args.length > 0 ? inst.args : img.args,
+      }),
+      memoryMb: inst.memory_mb,
+      machine: img.machine,
+      contract,
+      disks: volumes.map((v, i) => ({ path: this.s.paths.volume(v.id), tag: `vol${i}`, readonly: v.readonly })),
+    };
+  }
+
+  private async boot(inst: InstanceRec): Promise<void> {
+    const volumes = await this.s.store.read((tx) => tx.volumes.forInstance(inst.id));
+    if (volumes.some((v) => v.state === 'initializing' || v.state === 'uninitialized')) return; // a volume change kicks us again
+    const broken = volumes.find((v) => v.state === 'error');
+    const t0 = this.now();
+    let rt: MachineRuntime;
+    let spec: MachineSpec;
+    try {
+      if (broken) throw new Error(`volume '${broken.name}' is in state error: ${broken.message ?? 'see the operator'}`);
+      spec = await this.bootSpec(inst);
+      rt = await this.driver.start(spec);
+    } catch (e) {
+      this.note(inst.id, `the VM could not be started: ${(e as Error).message}`);
+      this.o.log.warn({ id: inst.id, err: e }, 'boot failed');
+      await this.s.store.tx((tx) =>
+        tx.instances.update(inst.id, {
+          state: 'stopped',
+          desired: 'stopped',
+          stop_reason: 4,
+          exit_code: null,
+          stop_code: null,
+          stopped_at: new Date(this.now()).toISOString(),
+        }),
+      );
+      return;
+    }
+    this.o.log.info({ id: inst.id, pid: rt.pid, accel: rt.accel }, 'VM started');
+    await this.s.store.tx(async (tx) => {
+      await tx.instances.update(inst.id, {
+        runtime: { ...rt, contract: spec.contract } satisfies RuntimeRec,
+        start_count: inst.start_count + 1,
+        started_at: new Date(rt.spawnedAt).toISOString(),
+        vmm_start_time_us: Math.max(0, (rt.spawnedAt - t0) * 1000),
+        vmm_load_time_us: null,
+        vmm_ready_time_us: null,
+        boot_time_us: null,
+        stop_reason: null,
+        exit_code: null,
+        stop_code: null,
+      });
+      for (const v of volumes) await tx.volumes.update(v.id, { state: 'mounted' });
+    });
+    this.timers.at(inst.id, rt.spawnedAt + this.bootTimeoutMs, this.now());
+  }
+
+  private async onVmEvent(id: string, ev: MachineEvent): Promise<void> {
+    const inst = await this.s.store.read((tx) => tx.instances.getAny(id));
+    if (!inst) return;
+    const rt = inst.runtime as Partial<RuntimeRec>;
+    const since = (at: number): number => Math.max(0, (at - (rt.spawnedAt ?? at)) * 1000);
+    if (ev.type === 'loaded') {
+      await this.s.store.tx((tx) => tx.instances.update(id, { vmm_load_time_us: since(ev.at) }));
+    } else if (ev.type === 'init') {
+      await this.s.store.tx((tx) => tx.instances.update(id, { vmm_ready_time_us: since(ev.at) }));
+    } else if (ev.type === 'ready') {
+      await this.s.store.tx(async (tx) => {
+        const cur = await tx.instances.getAny(id);
+        if (!cur) return;
+        await tx.instances.update(id, {
+          boot_time_us: since(ev.at),
+          ...(cur.state === 'starting' ? { state: 'running' } : {}),
+        });
+      });
+    } else {
+      await this.onExit(inst, rt, ev);
+    }
+  }
+
+  private async onExit(
+    inst: InstanceRec,
+    rt: Partial<RuntimeRec>,
+    ev: Extract<MachineEvent, { type: 'exit' }>,
+  ): Promise<void> {
+    const req = inst.stop_request;
+    const initiator = req ? req.by : 'none';
+    const forced = req?.force ?? false;
+    const consoleText = (this.driver as { bootConsole?: (id: string) => string }).bootConsole?.(inst.id) ?? '';
+    let info: StopInfo;
+    if (!forced && !ev.control.init && !ev.panicked && ev.status !== null && ev.status !== 0 && ev.stderr.trim()) {
+      // QEMU itself failed (bad device, unreadable kernel): a platform failure, not a guest crash.
+      this.note(inst.id, `the VMM failed: ${ev.stderr.trim()}`);
+      info = { stop_reason: 4, exit_code: null, stop_code: null };
+    } else {
+      info = deriveStop({
+        control: ev.control,
+        status: ev.status,
+        panicked: ev.panicked,
+        initiator,
+        forced,
+        console: consoleText,
+        contract: rt.contract ?? 'unihost',
+      });
+    }
+    const now = this.now();
+    const restart = inst.desired === 'running' && shouldRestart(inst.restart_policy, initiator, isFailure(info));
+    const delay = restart ? backoffMs(inst.restart_attempt) : 0;
+    const startedAt = inst.started_at ? Date.parse(inst.started_at) : ev.at;
+    await this.s.store.tx(async (tx) => {
+      const cur = await tx.instances.getAny(inst.id);
+      if (!cur) return;
+      for (const v of await tx.volumes.forInstance(inst.id))
+        if (v.state === 'mounted') await tx.volumes.update(v.id, { state: 'idle' });
+      if (cur.features.includes('delete-on-stop') && !restart) {
+        const user = (await tx.users.get(cur.user_id))!;
+        return this.s.instances.deleteInTx(tx, user, cur);
+      }
+      const patch: Partial<InstanceRec> = {
+        ...info,
+        state: 'stopped',
+        desired: restart ? 'running' : 'stopped',
+        stopped_at: new Date(ev.at).toISOString(),
+        uptime_ms: cur.uptime_ms + Math.max(0, ev.at - startedAt),
+        stop_request: null,
+        runtime: {},
+      };
+      if (restart) {
+        patch.restart_attempt = cur.restart_attempt + 1;
+        patch.restart_count = cur.restart_count + 1;
+        patch.restart_next_at = new Date(now + delay).toISOString();
+      }
+      await tx.instances.update(inst.id, patch);
+    });
+    this.o.log.info({ id: inst.id, ...info, restart, delay }, 'VM stopped');
+  }
+
+  /** CPU time and memory of an instance's VM, for autoscale and accounting. */
+  stats(id: string): { cpuMs: number; rssBytes: number } | undefined {
+    return this.driver.stats(id);
+  }
+}
