@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Quick start: installs what unihost needs, builds the test guest images,
+# starts the daemon with its embedded defaults, imports the test images,
+# creates a user and prints what to try next. Safe to run again: a running
+# daemon is kept, images re-import to the same digests, the user gets a
+# fresh token.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "unihost needs root (QEMU, taps, bridges): run it as root or with sudo" >&2
+  exit 1
+fi
+DATA=${UNIHOST_DATA_DIR:-/var/lib/unihost}
+LISTEN=${UNIHOST_LISTEN:-127.0.0.1:7878}
+URL="http://${LISTEN}"
+USER_NAME=${UNIHOST_USER:-demo}
+export UNIHOST_DATA_DIR=$DATA
+
+./scripts/install.sh
+echo "==> building test guest images (cached after the first run)"
+./guest/build-images.sh
+mkdir -p "$DATA"
+
+echo "==> importing the test images as official images"
+node bin/unihost.js image import-guest guest/out | grep -E '^imported' || true
+
+alive() { curl -s -o /dev/null -w '%{http_code}' "$URL/" 2>/dev/null | grep -q 401; }
+if [ -f "$DATA/unihost.pid" ] && kill -0 "$(cat "$DATA/unihost.pid")" 2>/dev/null && alive; then
+  echo "==> the daemon is already running (pid $(cat "$DATA/unihost.pid"))"
+else
+  echo "==> starting the daemon on $URL (log: $DATA/unihost.log)"
+  setsid nohup node bin/unihost.js serve --listen "$LISTEN" >>"$DATA/unihost.log" 2>&1 </dev/null &
+  echo $! >"$DATA/unihost.pid"
+  for _ in $(seq 1 100); do alive && break; sleep 0.2; done
+  alive || { echo "the daemon did not come up; see $DATA/unihost.log" >&2; tail -20 "$DATA/unihost.log" >&2; exit 1; }
+fi
+
+if node bin/unihost.js admin user list | cut -f1 | grep -qx "$USER_NAME"; then
+  TOKEN=$(node bin/unihost.js admin user token "$USER_NAME")
+else
+  TOKEN=$(node bin/unihost.js admin user create "$USER_NAME" --developer --quiet)
+fi
+umask 077
+echo "$TOKEN" >"$DATA/$USER_NAME.token"
+
+cat <<MSG
+
+unihost is running at $URL  (data: $DATA, log: $DATA/unihost.log, stop: kill \$(cat $DATA/unihost.pid))
+User '$USER_NAME' token (also in $DATA/$USER_NAME.token):
+
+  export UKC_METRO=$URL
+  export UKC_TOKEN=$TOKEN
+
+Images to boot: echo:latest, exit:latest, http:latest, burn:latest, panic:latest
+Next, boot an instance and read its console:
+
+  curl -s -X POST \$UKC_METRO/v1/instances -H "Authorization: Bearer \$UKC_TOKEN" \\
+    -d '{"name":"hello","image":"echo:latest","args":["hello","world"],"autostart":true,"wait_timeout_ms":60000}'
+  curl -s "\$UKC_METRO/v1/instances/log?name=hello" -H "Authorization: Bearer \$UKC_TOKEN" \\
+    | node -e 'const r=JSON.parse(require("fs").readFileSync(0));console.log(Buffer.from(r.data.instances[0].output,"base64").toString())'
+
+MSG
