@@ -38,18 +38,14 @@ const FILE_SIZE = 4096; // zero padding so QEMU's bzImage "HdrS" check at 0x202 
  * to QEMU's isa-debug-exit port and halts.
  */
 export function probeKernel(): Buffer {
+  // prettier-ignore
   const code = Buffer.from([
-    0xb0,
-    EXIT_BYTE, // mov al, 0x31
-    0x66,
-    0xba,
-    DEBUG_EXIT_PORT & 0xff,
-    DEBUG_EXIT_PORT >> 8, // mov dx, 0x501
+    0xb0, EXIT_BYTE, // mov al, 0x31
+    0x66, 0xba, DEBUG_EXIT_PORT & 0xff, DEBUG_EXIT_PORT >> 8, // mov dx, 0x501
     0xee, // out dx, al
     0xfa, // cli
     0xf4, // hlt
-    0xeb,
-    0xfe, // jmp $ (if an NMI wakes the hlt)
+    0xeb, 0xfe, // jmp $ (if an NMI wakes the hlt)
   ]);
   const magic = 0x1badb002;
   const flags = 0x00010000;

@@ -12,9 +12,14 @@ import { JsonLineParser, QmpClient, QmpError } from './qmp.js';
 const dir = mkdtempSync(join(tmpdir(), 'unihost-qmp-test-'));
 const children: ChildProcess[] = [];
 const clients: QmpClient[] = [];
+const servers: { server: Server; conns: Set<Socket> }[] = [];
 
 after(() => {
   for (const c of clients) c.close();
+  for (const { server, conns } of servers) {
+    for (const s of conns) s.destroy();
+    server.close();
+  }
   for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
   rmSync(dir, { recursive: true, force: true });
 });
@@ -99,10 +104,14 @@ describe('QMP against a real QEMU', () => {
 /** A fake QMP server on a unix socket, so the test controls how bytes are chunked. */
 async function fakeServer(name: string, onConn: (s: Socket) => void): Promise<{ server: Server; path: string }> {
   const path = join(dir, `${name}.sock`);
-  const server = createServer(onConn);
+  const conns = new Set<Socket>();
+  const server = createServer((s) => {
+    conns.add(s);
+    onConn(s);
+  });
   server.listen(path);
   await once(server, 'listening');
-  after(() => server.close());
+  servers.push({ server, conns });
   return { server, path };
 }
 
@@ -147,7 +156,8 @@ describe('QMP framing with a fake server', () => {
       await sleep(20);
       s.write(both.slice(cut));
       const c = (await cmds.next()).value!;
-      s.write(`{"error": {"class": "DeviceNotFound", "desc": "no ${JSON.stringify(c.arguments)}"}, "id": ${c.id}}\n`);
+      const desc = `no ${JSON.stringify(c.arguments)}`;
+      s.write(JSON.stringify({ error: { class: 'DeviceNotFound', desc }, id: c.id }) + '\n');
     });
     const qmp = await connect(path, 2000);
     const events: [string, unknown, unknown][] = [];

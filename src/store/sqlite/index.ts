@@ -81,6 +81,8 @@ export class SqliteStore implements Store {
   /** changes of the transaction in progress; null outside a transaction */
   private readonly pending: { changes: Change[] | null } = { changes: null };
   private readonly wtx: Tx;
+  /** committed instance rows by id, for the read path (only this process writes instances) */
+  private readonly cache = new RowCache<InstanceRec>(20_000);
   private readonly rtx: Tx;
   private queue: Promise<unknown> = Promise.resolve();
 
@@ -96,8 +98,8 @@ export class SqliteStore implements Store {
     this.r.pragma('busy_timeout = 5000');
     this.events.setMaxListeners(0);
     // Built once per connection: a Tx is a bundle of closures over prepared statements.
-    this.wtx = makeTx(this.w, this.pending);
-    this.rtx = this.r === this.w ? this.wtx : makeTx(this.r, { changes: null });
+    this.wtx = makeTx(this.w, this.pending, null);
+    this.rtx = this.r === this.w ? this.wtx : makeTx(this.r, { changes: null }, this.cache);
   }
 
   private migrate(): void {
@@ -119,6 +121,8 @@ export class SqliteStore implements Store {
       try {
         result = await fn(this.wtx);
         this.w.exec('COMMIT');
+        // Same tick as the commit: no read can see the new rows before stale cache entries go.
+        for (const c of changes) if (c.kind === 'instance') this.cache.delete(c.id);
       } catch (e) {
         if (this.w.inTransaction) this.w.exec('ROLLBACK');
         throw e;
@@ -149,13 +153,31 @@ export class SqliteStore implements Store {
   }
 }
 
-function makeTx(db: Database.Database, pending: { changes: Change[] | null }): Tx {
-  const cache = new Map<string, Database.Statement>();
+/** A bounded map of frozen records; cleared when full (simple, and misses are cheap). */
+class RowCache<T extends object> {
+  private readonly m = new Map<string, T>();
+  constructor(private readonly max: number) {}
+  get(id: string): T | undefined {
+    return this.m.get(id);
+  }
+  set(id: string, rec: T): T {
+    if (this.m.size >= this.max) this.m.clear();
+    for (const v of Object.values(rec)) if (v && typeof v === 'object') Object.freeze(v);
+    this.m.set(id, Object.freeze(rec));
+    return rec;
+  }
+  delete(id: string): void {
+    this.m.delete(id);
+  }
+}
+
+function makeTx(db: Database.Database, pending: { changes: Change[] | null }, cache: RowCache<InstanceRec> | null): Tx {
+  const statements = new Map<string, Database.Statement>();
   const prep = (sql: string): Database.Statement => {
-    let s = cache.get(sql);
+    let s = statements.get(sql);
     if (!s) {
       s = db.prepare(sql);
-      cache.set(sql, s);
+      statements.set(sql, s);
     }
     return s;
   };
@@ -188,6 +210,24 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }): T
     prep(`DELETE FROM ${spec.table} WHERE ${spec.key}=?`).run(id);
     write(spec, id);
   };
+  /** Read path: rows by id through the cache; names resolve to ids with a covering index lookup. */
+  const instanceById = (id: string): InstanceRec | undefined => {
+    const hit = cache?.get(id);
+    if (hit) return hit;
+    const rec = one<InstanceRec>(SPECS.instances, 'SELECT * FROM instances WHERE id=?', id);
+    return rec && cache ? cache.set(id, rec) : rec;
+  };
+  const cachedInstances = (c: RowCache<InstanceRec>) => ({
+    get: async (userId: string, id: string) => {
+      const rec = instanceById(id);
+      return rec?.user_id === userId ? rec : undefined;
+    },
+    getByName: async (userId: string, name: string) => {
+      const row = prep('SELECT id FROM instances WHERE user_id=? AND name=?').get(userId, name) as
+        { id: string } | undefined;
+      return row ? (c.get(row.id) ?? instanceById(row.id)) : undefined;
+    },
+  });
   const userTable = <T extends { id: string; user_id: string; name: string }>(spec: TableSpec): UserTable<T> => ({
     get: async (userId, id) => one<T>(spec, `SELECT * FROM ${spec.table} WHERE id=? AND user_id=?`, id, userId),
     getByName: async (userId, name) =>
@@ -222,7 +262,8 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }): T
     },
     instances: {
       ...userTable<InstanceRec>(S.instances),
-      getAny: async (id) => one<InstanceRec>(S.instances, 'SELECT * FROM instances WHERE id=?', id),
+      ...(cache ? cachedInstances(cache) : {}),
+      getAny: async (id) => instanceById(id),
       all: async () => many<InstanceRec>(S.instances, 'SELECT * FROM instances ORDER BY rowid'),
       listJson: async (userId, state?: InstanceState) =>
         (
