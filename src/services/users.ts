@@ -91,6 +91,13 @@ export class UserService {
    * `base64("<user>:<secret>")`; the secret's hash is compared in constant
    * time against each of the user's token hashes.
    */
+  /** The user of a recently verified token, without touching the store; undefined on a miss. */
+  cachedUser(header: string | undefined): UserRec | undefined {
+    if (!header || !header.startsWith('Bearer ')) return undefined;
+    const hit = this.cache.get(header.slice(7).trim());
+    return hit && hit.until > Date.now() ? hit.user : undefined;
+  }
+
   async authenticate(header: string | undefined): Promise<UserRec | undefined> {
     if (!header) return undefined;
     const m = /^Bearer\s+([A-Za-z0-9+/=_-]{4,512})\s*$/i.exec(header);
