@@ -32,7 +32,7 @@ const CRASH_CAUSES: ReadonlyArray<[RegExp, number, number]> = [
   [/divide error/, 2, 0],
   [/invalid opcode/, 3, 0],
   [
-    /BUG: unable to handle page fault|BUG: kernel NULL pointer dereference|unable to handle kernel paging request/,
+    /BUG: unable to handle page fault|BUG: kernel NULL pointer dereference|[Uu]nable to handle kernel paging request/,
     4,
     14,
   ],
@@ -57,11 +57,22 @@ export function stopCode(reason: number, initlvl: number, errno: number, shutdow
   return ((errno & 0xff) << 16) | ((shutdown ? 1 : 0) << 15) | ((initlvl & 0x7f) << 8) | (reason & 0xff);
 }
 
+/** Whether the console shows the kernel crashing (any row of the crash table, or a panic/oops line). */
+export function hasCrashText(console: string): boolean {
+  return CRASH_CAUSES.some(([re]) => re.test(console)) || /Kernel panic|Oops|Attempted to kill init/.test(console);
+}
+
 export function deriveStop(i: StopInput): StopInfo {
   const who = i.initiator === 'user' ? STOP.U | STOP.P : i.initiator === 'platform' ? STOP.P : 0;
   if (i.forced) return { stop_reason: STOP.F | (who || STOP.P), exit_code: null, stop_code: null };
   const c = i.control;
   if (i.contract === 'unikraft') return deriveUnikraft(i, who);
+  const appEnded = c.exit !== null || c.killed || c.signal !== null;
+  if (i.status === null && !i.panicked && !c.shutdown && !appEnded && !hasCrashText(i.console)) {
+    // Gone without any sign from the guest and no exit status (killed from outside, or ended while
+    // the daemon was down without a trace): the reason is unknown, not a crash.
+    return { stop_reason: who, exit_code: null, stop_code: null };
+  }
   const crashed = i.status === 1 || i.panicked || !c.shutdown;
   if (crashed) {
     let [reason, errno] = crashCause(i.console);
@@ -91,13 +102,32 @@ function deriveUnikraft(i: StopInput, who: number): StopInfo {
     i.panicked ||
     /Abnormal termination|Could not initialize the HWRNG/.test(i.console);
   if (crashed) {
-    const [reason, errno] = /Could not initialize the HWRNG \((-?\d+)\)/.test(i.console)
-      ? [1, Math.abs(Number(/HWRNG \((-?\d+)\)/.exec(i.console)![1]))]
-      : crashCause(i.console);
-    return { stop_reason: who | STOP.K, exit_code: null, stop_code: stopCode(reason, 127, errno, who !== 0) };
+    // The HWRNG failure happens while the kernel boots (initlvl 0); other causes are taken to hit the app.
+    const hwrng = /Could not initialize the HWRNG \((-?\d+)\)/.exec(i.console);
+    const [reason, errno] = hwrng ? [1, Math.abs(Number(hwrng[1]))] : crashCause(i.console);
+    return {
+      stop_reason: who | STOP.K,
+      exit_code: null,
+      stop_code: stopCode(reason, hwrng ? 0 : 127, errno, who !== 0),
+    };
   }
   if (i.status === null && who === 0) return { stop_reason: 0, exit_code: null, stop_code: null };
   return { stop_reason: who | STOP.K, exit_code: null, stop_code: 0 };
+}
+
+/**
+ * QEMU itself failed (unreadable kernel, bad device): it exited non-zero with
+ * an error and the guest never ran (no console output, no control line, no
+ * panic event). A platform failure (stop_reason 4), not a guest crash.
+ * Returns QEMU's error lines, or null.
+ */
+export function vmmFailure(
+  ev: { status: number | null; panicked: boolean; control: ControlState; stderr: string },
+  console: string,
+): string | null {
+  if (ev.status === null || ev.status === 0 || ev.panicked || ev.control.init) return null;
+  const errors = ev.stderr.split('\n').filter((l) => l.trim() && !/warning:/i.test(l));
+  return errors.length > 0 && console.trim() === '' ? errors.join('; ') : null;
 }
 
 /** Whether a stop counts as a failure for restart policy `on-failure`. */

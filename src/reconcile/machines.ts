@@ -13,7 +13,8 @@ import type {
   MachineRuntime,
   MachineSpec,
 } from '../machines/driver.js';
-import { deriveStop, isFailure, type StopInfo } from '../machines/stop-info.js';
+import { STOP } from '../domain/instance-states.js';
+import { deriveStop, isFailure, vmmFailure, type StopInfo } from '../machines/stop-info.js';
 import type { Services } from '../services/index.js';
 import type { InstanceRec } from '../store/types.js';
 import { KeyedQueue, Timers, type TimerApi } from './engine.js';
@@ -31,6 +32,8 @@ export interface MachineControllerOptions {
   timers?: TimerApi;
 }
 
+const RETRY_MS = 5_000;
+
 interface RuntimeRec extends MachineRuntime {
   contract: Contract;
   /** when the graceful stop request was sent (ms), for escalation */
@@ -47,7 +50,11 @@ interface RuntimeRec extends MachineRuntime {
 export class MachineController implements Controller {
   readonly driver: MachineDriver;
   private readonly s: Services;
-  private readonly queue = new KeyedQueue();
+  /** A failed reconcile is logged and tried again a little later (level-based: the next pass repairs). */
+  private readonly queue = new KeyedQueue((id, e) => {
+    this.o.log.error({ id, err: e }, 'machine reconcile failed');
+    if (!this.closed) this.timers.at(id, this.now() + RETRY_MS, this.now());
+  });
   private readonly timers: Timers;
   private readonly bootTimeoutMs: number;
   private readonly stopTimeoutMs: number;
@@ -110,6 +117,7 @@ export class MachineController implements Controller {
           contract: rt.contract ?? 'unihost',
         } as MachineSpec;
         const alive = await this.driver.adopt(spec, rt as RuntimeRec);
+        if (!alive) this.note(inst.id, `the VM (pid ${rt.pid}) ended while the daemon was down`);
         this.o.log.info(
           { id: inst.id, pid: rt.pid, alive },
           alive ? 'adopted running VM' : 'VM ended while the daemon was down',
@@ -179,7 +187,9 @@ export class MachineController implements Controller {
         return;
       case 'running':
         if (inst.restart_attempt > 0 && inst.started_at) {
-          const healthyAt = Date.parse(inst.started_at) + HEALTHY_AFTER_MS;
+          // Counted from the guest's ready signal: boot time is not "running without problems".
+          const readyAt = Date.parse(inst.started_at) + Math.round((inst.boot_time_us ?? 0) / 1000);
+          const healthyAt = readyAt + HEALTHY_AFTER_MS;
           if (now >= healthyAt) {
             await this.s.store.tx((tx) => tx.instances.update(id, { restart_attempt: 0, restart_next_at: null }));
           } else this.timers.at(id, healthyAt, now);
@@ -214,11 +224,13 @@ export class MachineController implements Controller {
     }
   }
 
-  /** Turns a stop into a forced one, keeping who initiated it. */
+  /** Turns a stop (or a boot that timed out) into a forced stop, keeping who initiated it. */
   private async escalate(inst: InstanceRec): Promise<void> {
     await this.s.store.tx((tx) =>
       tx.instances.update(inst.id, {
         state: 'stopping',
+        // a boot timeout is the platform's stop; an escalated stop keeps a start that came meanwhile
+        desired: inst.stop_request ? inst.desired : 'stopped',
         stop_request: { force: true, drain_until: null, by: inst.stop_request?.by ?? 'platform' },
       }),
     );
@@ -312,67 +324,77 @@ export class MachineController implements Controller {
     const inst = await this.s.store.read((tx) => tx.instances.getAny(id));
     if (!inst) return;
     const rt = inst.runtime as Partial<RuntimeRec>;
+    if (ev.type === 'exit') return this.onExit(inst, rt, ev);
     const since = (at: number): number => Math.max(0, (at - (rt.spawnedAt ?? at)) * 1000);
-    if (ev.type === 'loaded') {
-      await this.s.store.tx((tx) => tx.instances.update(id, { vmm_load_time_us: since(ev.at) }));
-    } else if (ev.type === 'init') {
-      await this.s.store.tx((tx) => tx.instances.update(id, { vmm_ready_time_us: since(ev.at) }));
-    } else if (ev.type === 'ready') {
-      await this.s.store.tx(async (tx) => {
-        const cur = await tx.instances.getAny(id);
-        if (!cur) return;
-        await tx.instances.update(id, {
-          boot_time_us: since(ev.at),
-          ...(cur.state === 'starting' ? { state: 'running' } : {}),
-        });
-      });
-    } else {
-      await this.onExit(inst, rt, ev);
-    }
+    // Each mark is taken once per boot (boot() clears them): an adopted VM replays its
+    // control channel and reconnects QMP, which must not move the boot's timings.
+    const field = { loaded: 'vmm_load_time_us', init: 'vmm_ready_time_us', ready: 'boot_time_us' } as const;
+    await this.s.store.tx(async (tx) => {
+      const cur = await tx.instances.getAny(id);
+      if (!cur) return;
+      const patch: Partial<InstanceRec> = {};
+      if (cur[field[ev.type]] === null) patch[field[ev.type]] = since(ev.at);
+      if (ev.type === 'ready' && cur.state === 'starting') patch.state = 'running';
+      if (Object.keys(patch).length > 0) await tx.instances.update(id, patch);
+    });
   }
 
+  private bootConsole(id: string): string {
+    return (this.driver as { bootConsole?: (id: string) => string }).bootConsole?.(id) ?? '';
+  }
+
+  /** What the host observed, mapped to the stop fields (docs/guest-contract.md §4). */
+  private stopInfo(inst: InstanceRec, rt: Partial<RuntimeRec>, ev: Extract<MachineEvent, { type: 'exit' }>): StopInfo {
+    const req = inst.stop_request;
+    const forced = req?.force ?? false;
+    if (!forced && vmmFailure(ev, this.bootConsole(inst.id)))
+      return { stop_reason: 4, exit_code: null, stop_code: null };
+    return deriveStop({
+      control: ev.control,
+      status: ev.status,
+      panicked: ev.panicked,
+      initiator: req ? req.by : 'none',
+      forced,
+      console: this.bootConsole(inst.id),
+      contract: rt.contract ?? 'unihost',
+    });
+  }
+
+  /**
+   * Records a VM's end and decides on a restart, inside one transaction on
+   * the current record (a stop or start request may have landed meanwhile).
+   */
   private async onExit(
     inst: InstanceRec,
     rt: Partial<RuntimeRec>,
     ev: Extract<MachineEvent, { type: 'exit' }>,
   ): Promise<void> {
-    const req = inst.stop_request;
-    const initiator = req ? req.by : 'none';
-    const forced = req?.force ?? false;
-    const consoleText = (this.driver as { bootConsole?: (id: string) => string }).bootConsole?.(inst.id) ?? '';
-    let info: StopInfo;
-    if (!forced && !ev.control.init && !ev.panicked && ev.status !== null && ev.status !== 0 && ev.stderr.trim()) {
-      // QEMU itself failed (bad device, unreadable kernel): a platform failure, not a guest crash.
-      this.note(inst.id, `the VMM failed: ${ev.stderr.trim()}`);
-      info = { stop_reason: 4, exit_code: null, stop_code: null };
-    } else {
-      info = deriveStop({
-        control: ev.control,
-        status: ev.status,
-        panicked: ev.panicked,
-        initiator,
-        forced,
-        console: consoleText,
-        contract: rt.contract ?? 'unihost',
-      });
-    }
+    const failure = vmmFailure(ev, this.bootConsole(inst.id));
+    if (failure) this.note(inst.id, `the VMM failed: ${failure}`);
     const now = this.now();
-    const restart = inst.desired === 'running' && shouldRestart(inst.restart_policy, initiator, isFailure(info));
-    const delay = restart ? backoffMs(inst.restart_attempt) : 0;
-    const startedAt = inst.started_at ? Date.parse(inst.started_at) : ev.at;
-    await this.s.store.tx(async (tx) => {
+    const done = await this.s.store.tx(async (tx) => {
       const cur = await tx.instances.getAny(inst.id);
-      if (!cur) return;
-      for (const v of await tx.volumes.forInstance(inst.id))
+      if (!cur) return null;
+      const info = this.stopInfo(cur, rt, ev);
+      const req = cur.stop_request;
+      const wanted = cur.desired === 'running';
+      // Only ends from inside the instance count; a VMM failure (4) is the platform's and is not retried.
+      const initiator = req ? req.by : info.stop_reason & STOP.P ? 'platform' : 'none';
+      const restart = wanted && shouldRestart(cur.restart_policy, initiator, isFailure(info));
+      // A start that arrived while the VM was being stopped: boot again at once (not a restart by policy).
+      const startAgain = wanted && !restart && req !== null;
+      const delay = restart ? backoffMs(cur.restart_attempt) : 0;
+      for (const v of await tx.volumes.forInstance(cur.id))
         if (v.state === 'mounted') await tx.volumes.update(v.id, { state: 'idle' });
-      if (cur.features.includes('delete-on-stop') && !restart) {
-        const user = (await tx.users.get(cur.user_id))!;
-        return this.s.instances.deleteInTx(tx, user, cur);
+      if (cur.features.includes('delete-on-stop') && !restart && !startAgain) {
+        await this.s.instances.deleteInTx(tx, (await tx.users.get(cur.user_id))!, cur);
+        return { info, restart, delay };
       }
+      const startedAt = cur.started_at ? Date.parse(cur.started_at) : ev.at;
       const patch: Partial<InstanceRec> = {
         ...info,
         state: 'stopped',
-        desired: restart ? 'running' : 'stopped',
+        desired: restart || startAgain ? 'running' : 'stopped',
         stopped_at: new Date(ev.at).toISOString(),
         uptime_ms: cur.uptime_ms + Math.max(0, ev.at - startedAt),
         stop_request: null,
@@ -382,10 +404,11 @@ export class MachineController implements Controller {
         patch.restart_attempt = cur.restart_attempt + 1;
         patch.restart_count = cur.restart_count + 1;
         patch.restart_next_at = new Date(now + delay).toISOString();
-      }
-      await tx.instances.update(inst.id, patch);
+      } else if (startAgain) patch.restart_next_at = new Date(now).toISOString();
+      await tx.instances.update(cur.id, patch);
+      return { info, restart, delay };
     });
-    this.o.log.info({ id: inst.id, ...info, restart, delay }, 'VM stopped');
+    if (done) this.o.log.info({ id: inst.id, ...done.info, restart: done.restart, delay: done.delay }, 'VM stopped');
   }
 
   /** CPU time and memory of an instance's VM, for autoscale and accounting. */

@@ -121,10 +121,13 @@ export class InstanceService {
    * manual start aborts a restart back-off sequence.
    */
   async startInTx(tx: Tx, user: UserRec, inst: InstanceRec, manual: boolean): Promise<InstanceRec> {
-    const patch: Partial<InstanceRec> = { desired: 'running', stop_request: null };
+    // During a stop (draining/stopping) the stop request stays: it tells the controller who stopped
+    // the VM; `desired: running` then makes it boot again once the VM is down.
+    const patch: Partial<InstanceRec> = { desired: 'running' };
     if (manual) Object.assign(patch, { restart_attempt: 0, restart_next_at: null });
     const to = nextState(inst.state, 'start');
     if (to) {
+      patch.stop_request = null;
       if (!isLive(inst.state))
         await assertQuota(tx, this.deps.config, user, { live_instances: 1, live_memory_mb: inst.memory_mb });
       patch.state = to;
@@ -141,7 +144,7 @@ export class InstanceService {
     let state = after.state;
     const timeout = this.timeout(waitMs, 0);
     if (timeout > 0) {
-      const reached = await this.waitState(after.id, ['running'], timeout, signal);
+      const reached = await this.waitBooted(after.id, timeout, signal);
       state =
         reached?.state ??
         (await this.store.read(async (tx) => (await tx.instances.get(user.id, after.id))?.state)) ??
@@ -212,7 +215,7 @@ export class InstanceService {
       let state = inst.state;
       let boot: number | null = null;
       if (timeout > 0) {
-        await this.waitState(inst.id, ['running'], Math.max(0, deadline - this.deps.clock.now()), signal);
+        await this.waitBooted(inst.id, Math.max(0, deadline - this.deps.clock.now()), signal);
         const now = await this.store.read((tx) => tx.instances.getAny(inst.id));
         state = now?.state ?? state;
         boot = now?.boot_time_us ?? null;
@@ -257,6 +260,26 @@ export class InstanceService {
     if (!r) throw err('UH_TIMEOUT', `instance '${inst.name}' did not reach state '${state}' within ${timeoutMs} ms`);
     if (r.state === undefined) throw err('UH_NOT_FOUND', `instance '${inst.name}' was deleted while waiting`);
     return { uuid: inst.id, name: inst.name, state: r.state };
+  }
+
+  /**
+   * Resolves when the instance is running, or stopped for good (its boot
+   * failed or it ended, and no restart is due): waiting longer cannot help.
+   */
+  waitBooted(id: string, timeoutMs: number, signal?: AbortSignal) {
+    return waitForChange(
+      this.store,
+      'instance',
+      id,
+      async () => {
+        const rec = await this.store.read((tx) => tx.instances.getAny(id));
+        if (!rec) return { state: undefined as InstanceState | undefined };
+        const settled = rec.state === 'running' || (rec.state === 'stopped' && rec.desired === 'stopped');
+        return settled ? { state: rec.state as InstanceState | undefined } : undefined;
+      },
+      timeoutMs,
+      signal,
+    );
   }
 
   /** Resolves when the instance is in one of `states`; undefined on timeout, abort or deletion. */

@@ -53,7 +53,7 @@ type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]>
  */
 export async function startHarness(
   over: DeepPartial<Config> = {},
-  controllers?: (s: Services) => Controller[],
+  controllers?: (s: Services) => Controller[] | Promise<Controller[]>,
 ): Promise<Harness> {
   const dataDir = mkdtempSync(join(tmpdir(), 'unihost-test-'));
   const config: Config = {
@@ -61,6 +61,7 @@ export async function startHarness(
     ...(over as Partial<Config>),
     listen: '127.0.0.1:0',
     dataDir,
+    machines: { ...DEFAULTS.machines, ...over.machines },
     defaultQuotas: {
       hard: { ...DEFAULTS.defaultQuotas.hard, ...over.defaultQuotas?.hard },
       limits: { ...DEFAULTS.defaultQuotas.limits, ...over.defaultQuotas?.limits },

@@ -90,18 +90,18 @@ export const instanceEndpoints = [
     batch: true,
     params: CreateBody,
     check: (p) => void checkCreate(p as CreateParams),
+    // Each create queues its transaction at once, so entries are created in order; their
+    // waits (wait_timeout_ms) then run side by side and the instances boot concurrently.
     handleAll: async (ctx, entries) => {
-      const out: Record<string, unknown>[] = [];
-      for (const e of entries) {
-        try {
-          for (const r of await ctx.services.instances.create(ctx.user, e.params as CreateParams, ctx.signal)) {
-            out.push({ status: 'success', ...r });
-          }
-        } catch (x) {
-          out.push(ctx.entryError(e, x));
-        }
-      }
-      return out;
+      const results = await Promise.all(
+        entries.map((e) =>
+          ctx.services.instances.create(ctx.user, e.params as CreateParams, ctx.signal).then(
+            (rs): Record<string, unknown>[] => rs.map((r) => ({ status: 'success', ...r })),
+            (x: unknown) => [ctx.entryError(e, x)],
+          ),
+        ),
+      );
+      return results.flat();
     },
     response: Summary,
   }),

@@ -15,6 +15,8 @@ export const runtimeFiles = (dir: string) => ({
   qmp: join(dir, 'qmp.sock'),
   control: join(dir, 'control.log'),
   serial: join(dir, 'serial.raw'),
+  /** how much of serial.raw is already in the console log (read again when a VM is adopted) */
+  serialPos: join(dir, 'serial.pos'),
   stderr: join(dir, 'qemu.err'),
 });
 

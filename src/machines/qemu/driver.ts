@@ -10,6 +10,7 @@ import {
   statSync,
   truncateSync,
   watch,
+  writeFileSync,
   type FSWatcher,
 } from 'node:fs';
 import { ConsoleLog } from '../console-log.js';
@@ -52,10 +53,15 @@ interface Vm {
   resolveDone: () => void;
 }
 
+/** Whether `pid` runs; a zombie (an adopted VM that ended, not yet reaped by its new parent) does not. */
 const alive = (pid: number): boolean => {
   try {
     process.kill(pid, 0);
-    return true;
+  } catch {
+    return false;
+  }
+  try {
+    return !/^\S+ \(.*\) Z/s.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
   } catch {
     return false;
   }
@@ -140,7 +146,7 @@ export class QemuDriver implements MachineDriver {
       seen: { init: false, ready: false },
       console: new ConsoleLog(this.o.logDir(spec.id)),
       bootConsole: '',
-      serialOffset: 0,
+      serialOffset: adopted ? savedSerialPos(spec.dir) : 0,
       done,
       resolveDone,
     };
@@ -192,6 +198,8 @@ export class QemuDriver implements MachineDriver {
         truncateSync(f.serial, 0);
         vm.serialOffset = 0;
       }
+      // A crash between the append above and this write replays one chunk at most on adoption.
+      writeFileSync(f.serialPos, String(vm.serialOffset));
     }
     if (vm.contract === 'unihost') {
       const ctl = readFrom(f.control, vm.ctlOffset);
@@ -230,7 +238,8 @@ export class QemuDriver implements MachineDriver {
       stderr = '';
     }
     const control: ControlState = parseControl(vm.ctlText);
-    const panicked = vm.panicked || vm.status === 1;
+    // Only the QMP event: exit status 1 is also how QEMU itself fails (bad kernel), and the controller tells them apart.
+    const panicked = vm.panicked;
     vm.resolveDone();
     this.onEvent(vm.id, { type: 'exit', at: Date.now(), status: vm.status, panicked, control, stderr });
   }
@@ -296,6 +305,17 @@ export class QemuDriver implements MachineDriver {
       vm.qmp?.close();
     }
     this.vms.clear();
+  }
+}
+
+/** The console position an earlier daemon recorded for a VM; 0 when unknown or past the file's end. */
+function savedSerialPos(dir: string): number {
+  const f = runtimeFiles(dir);
+  try {
+    const pos = Number(readFileSync(f.serialPos, 'utf8'));
+    return Number.isInteger(pos) && pos >= 0 && pos <= statSync(f.serial).size ? pos : 0;
+  } catch {
+    return 0;
   }
 }
 

@@ -1,0 +1,82 @@
+/**
+ * Helpers of the real-QEMU tests: where the built test images are, and the
+ * leak check that fails a suite which leaves a VM behind.
+ */
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/** The test images `guest/build-images.sh` writes (the test command builds them first). */
+export function guestOut(): string {
+  const dir = process.env.UNIHOST_GUEST_OUT ?? join(ROOT, 'guest', 'out');
+  if (!existsSync(join(dir, 'images.json')))
+    throw new Error(`no test images in ${dir}: run guest/build-images.sh first`);
+  return dir;
+}
+
+export interface Proc {
+  pid: number;
+  cmdline: string;
+}
+
+/** Running `qemu-system-*` processes whose command line mentions one of `marks` (data dirs, instance ids). */
+export function qemuProcs(marks: string[]): Proc[] {
+  const out: Proc[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let cmdline: string;
+    try {
+      cmdline = readFileSync(`/proc/${name}/cmdline`, 'utf8').replaceAll('\0', ' ');
+      // a zombie has an empty cmdline and is not running anything
+      if (!/qemu-system-/.test(cmdline.split(' ')[0] ?? '')) continue;
+      if (readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1]?.startsWith('Z')) continue;
+    } catch {
+      continue; // exited meanwhile
+    }
+    if (marks.some((m) => m && cmdline.includes(m))) out.push({ pid: Number(name), cmdline });
+  }
+  return out;
+}
+
+/**
+ * Kills every QEMU left behind by a suite and returns what it found; the
+ * caller fails the suite when the list is not empty.
+ */
+export function killLeaks(marks: string[]): Proc[] {
+  const left = qemuProcs(marks);
+  for (const p of left) {
+    try {
+      process.kill(p.pid, 'SIGKILL');
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  return left;
+}
+
+/** Polls `check` every `everyMs` until it returns a truthy value (for things without a change event). */
+export async function poll<T>(
+  what: string,
+  check: () => T | undefined | null | false | Promise<T | undefined | null | false>,
+  timeoutMs = 60_000,
+  everyMs = 200,
+): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`${what}: not reached within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+export const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};

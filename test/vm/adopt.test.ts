@@ -1,0 +1,190 @@
+/**
+ * Crash-only daemon: the real CLI daemon (`unihost serve`) is killed with
+ * SIGKILL while VMs run; the VMs keep running, and the next daemon adopts
+ * them (state, log, QMP control). A VM that vanished while the daemon was
+ * down ends up stopped with an honest reason.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { alive, guestOut, killLeaks, poll, qemuProcs, ROOT } from '../helpers/vm.js';
+
+type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+const env = { ...process.env, UNIHOST_ACCEL: 'tcg', UNIHOST_LOG_LEVEL: 'info' };
+let dir: string;
+let url: string;
+let port: number;
+let token: string;
+let daemon: ChildProcess | null = null;
+const ids: Record<string, string> = {};
+
+const cli = (...args: string[]): string =>
+  execFileSync(process.execPath, [join(ROOT, 'bin', 'unihost.js'), ...args], { cwd: ROOT, env, encoding: 'utf8' });
+
+async function freePort(): Promise<number> {
+  const s = createServer().listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  const p = (s.address() as { port: number }).port;
+  s.close();
+  return p;
+}
+
+async function api(method: string, path: string, body?: unknown): Promise<Any> {
+  const r = await request(url + path, {
+    method: method as 'GET',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.body.text();
+  assert.equal(r.statusCode, 200, text);
+  return JSON.parse(text);
+}
+
+const one = async (method: string, path: string, body?: unknown): Promise<Any> => {
+  const r = await api(method, path, body);
+  const e = r.data.instances[0];
+  assert.equal(e.status, 'success', JSON.stringify(r));
+  return e;
+};
+
+/** Starts `unihost serve` and waits until its API answers. */
+async function startDaemon(): Promise<ChildProcess> {
+  const out = openSync(join(dir, 'daemon.log'), 'a');
+  const child = spawn(
+    process.execPath,
+    [join(ROOT, 'bin', 'unihost.js'), 'serve', '--data-dir', dir, '--listen', `127.0.0.1:${port}`],
+    { cwd: ROOT, env, stdio: ['ignore', out, out] },
+  );
+  closeSync(out);
+  daemon = child;
+  await poll(
+    'daemon API up',
+    async () => {
+      if (child.exitCode !== null) throw new Error(`daemon exited: ${readFileSync(join(dir, 'daemon.log'), 'utf8')}`);
+      try {
+        const r = await request(`${url}/v1/instances/list`, { headers: { authorization: `Bearer ${token}` } });
+        await r.body.text();
+        return r.statusCode === 200;
+      } catch {
+        return false;
+      }
+    },
+    60_000,
+    100,
+  );
+  return child;
+}
+
+async function kill9(): Promise<void> {
+  const d = daemon!;
+  d.kill('SIGKILL');
+  if (d.exitCode === null && d.signalCode === null) await once(d, 'exit');
+  daemon = null;
+}
+
+const pidOf = (name: string): number => {
+  const [p] = qemuProcs([ids[name]!]);
+  assert.ok(p, `a QEMU of ${name} runs`);
+  return p.pid;
+};
+
+const logText = async (name: string): Promise<string> => {
+  const e = await one('GET', '/v1/instances/log', { uuid: ids[name], offset: 0, limit: 16383 });
+  return Buffer.from(e.output, 'base64').toString('utf8');
+};
+
+before(async () => {
+  if (!existsSync(join(ROOT, 'dist', 'cli', 'index.js')))
+    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
+  dir = mkdtempSync(join(tmpdir(), 'unihost-adopt-'));
+  port = await freePort();
+  url = `http://127.0.0.1:${port}`;
+  cli('image', '--data-dir', dir, 'import-guest', guestOut());
+  token = cli('admin', '--data-dir', dir, 'user', 'create', 'carol', '--quiet').trim();
+  assert.match(token, /\S{16,}/);
+  await startDaemon();
+});
+
+after(async () => {
+  // Stop the daemon gracefully (VMs keep running by design), then kill and report what is left.
+  if (daemon) {
+    const d = daemon;
+    d.kill('SIGTERM');
+    await Promise.race([once(d, 'exit'), new Promise((r) => setTimeout(r, 10_000))]);
+    if (d.exitCode === null && d.signalCode === null) d.kill('SIGKILL');
+  }
+  const leaked = killLeaks([dir, ...Object.values(ids)]);
+  rmSync(dir, { recursive: true, force: true });
+  assert.deepEqual(
+    leaked.map((p) => p.cmdline),
+    [],
+    'QEMU processes left behind',
+  );
+});
+
+test('kill -9 of the daemon: VMs keep running; the next daemon adopts them', async () => {
+  const r = await api('POST', '/v1/instances', [
+    { name: 'survivor', image: 'echo:latest', args: ['adopt', 'me'], autostart: true, wait_timeout_ms: 180_000 },
+    { name: 'victim', image: 'echo:latest', autostart: true, wait_timeout_ms: 180_000 },
+  ]);
+  for (const e of r.data.instances) {
+    assert.equal(e.status, 'success', JSON.stringify(r));
+    assert.equal(e.state, 'running', JSON.stringify(r));
+    ids[e.name] = e.uuid;
+  }
+  console.log(
+    `# 2 concurrent boots via the CLI daemon: boot_time_us ${r.data.instances.map((e: Any) => e.boot_time_us)}`,
+  );
+  await poll('echo printed its args', async () => /echo: running/.test(await logText('survivor')));
+  const pid = pidOf('survivor');
+  const before = await one('GET', `/v1/instances/${ids.survivor}`);
+
+  await kill9();
+  await new Promise((r) => setTimeout(r, 500));
+  assert.ok(alive(pid), 'the VM outlived the daemon');
+
+  await startDaemon();
+  const g = await one('GET', `/v1/instances/${ids.survivor}`);
+  assert.equal(g.state, 'running', 'adopted');
+  assert.equal(g.start_count, 1, 'not booted again');
+  assert.equal(g.started_at, before.started_at);
+  assert.equal(g.boot_time_us, before.boot_time_us, 'the boot time measured at boot, not at adoption');
+  assert.equal(pidOf('survivor'), pid, 'the same VM');
+  const log = await logText('survivor');
+  assert.equal(log.split('echo: argv[2]=<me>').length - 1, 1, `the log once, not replayed on adoption:\n${log}`);
+
+  // QMP control of the adopted VM works: a graceful stop reaches the guest
+  await one('PUT', `/v1/instances/${ids.survivor}/stop`);
+  const w = await one('GET', '/v1/instances/wait', { uuid: ids.survivor, state: 'stopped', timeout_ms: 60_000 });
+  assert.equal(w.state, 'stopped');
+  const s = await one('GET', `/v1/instances/${ids.survivor}`);
+  assert.deepEqual([s.stop_reason, s.exit_code, s.stop_code], [15, 0, 0]);
+  assert.match(await logText('survivor'), /echo: SIGTERM, exiting/);
+  await poll('adopted QEMU gone', () => !alive(pid), 10_000);
+});
+
+test('a VM killed while the daemon is down → stopped with an honest reason and a log line', async () => {
+  assert.equal((await one('GET', `/v1/instances/${ids.victim}`)).state, 'running');
+  const pid = pidOf('victim');
+  await kill9();
+  process.kill(pid, 'SIGKILL');
+  await poll('VM killed', () => !alive(pid), 10_000);
+
+  await startDaemon();
+  const w = await one('GET', '/v1/instances/wait', { uuid: ids.victim, state: 'stopped', timeout_ms: 30_000 });
+  assert.equal(w.state, 'stopped');
+  const g = await one('GET', `/v1/instances/${ids.victim}`);
+  assert.equal(g.stop_reason, 0, 'unknown: the guest left no sign why it ended');
+  assert.equal(g.exit_code, undefined);
+  assert.equal(g.stop_code, undefined);
+  assert.ok(g.stopped_at);
+  assert.match(await logText('victim'), /\[unihost\] the VM \(pid \d+\) ended while the daemon was down/);
+  assert.deepEqual(qemuProcs([ids.victim!]), []);
+});
