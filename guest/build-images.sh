@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build unihost's test guest images: one Linux kernel (ELF vmlinux, boots PVH
 # on QEMU `microvm`) and one initrd per test application (exit, panic, echo,
-# burn, http), plus one JSON metadata file per image for `unihost image import`.
+# burn, http, fetch), plus one JSON metadata file per image for `unihost image import`.
 #
 #   guest/build-images.sh            build into $UNIHOST_GUEST_OUT (default guest/out)
 #   guest/build-images.sh --force    rebuild even if the cache key matches
@@ -18,7 +18,7 @@ export LC_ALL=C
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OUT=${UNIHOST_GUEST_OUT:-$HERE/out}
 INIT_SRC=$HERE/init
-APPS=(exit panic echo burn http)
+APPS=(exit panic echo burn http fetch)
 FORCE=0
 [ "${1:-}" = --force ] && FORCE=1
 
@@ -221,6 +221,7 @@ for app in "${APPS[@]}"; do
 	echo) args=(hello); desc="prints its args and env, runs until stopped, SIGTERM -> exit 0" ;;
 	burn) args=(); desc="burns CPU for N seconds (first arg), forever without one" ;;
 	http) args=(); desc="busybox httpd serving a fixed page on port 8080 until stopped" ;;
+	fetch) args=(); desc="fetches its URL args with wget every FETCH_INTERVAL s, prints ok/failed per attempt" ;;
 	esac
 	ports='[]'; [ $app = http ] && ports='[8080]'
 	isha=$(sha256sum "$OUT/$app.initrd" | cut -d' ' -f1)

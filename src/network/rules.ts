@@ -1,0 +1,156 @@
+/**
+ * The nftables ruleset that isolates users on the private network, rendered
+ * from the list of expected taps. Pure: `host.ts` feeds the text to
+ * `nft -f -`, so a whole rebuild is one atomic kernel transaction.
+ *
+ * Two tables (see docs/network.md):
+ *  - `bridge <table>`: layer 2 on the daemon's bridge. Anti-spoofing on every
+ *    frame entering from a tap (its own MAC, IPv4 and ARP addresses only; no
+ *    IPv6, no other ethertypes) and, for frames bridged tap -> tap, a verdict
+ *    map from the input tap to its user's chain, which accepts only output
+ *    taps of the same user. Unknown taps on the bridge are dropped.
+ *  - `inet <table>`: layer 3 for traffic that reaches the host through the
+ *    bridge. Guests may open connections to the gateway only on the DNS
+ *    ports (plus ICMP echo); replies to connections the host opened are
+ *    allowed; nothing is routed between the bridge and anywhere else.
+ */
+
+export interface TapSpec {
+  /** tap device name (see `tapName`) */
+  tap: string;
+  /** owner of the instance: only taps of the same user may talk */
+  userId: string;
+  /** the instance's private IPv4 address */
+  ip: string;
+  /** the guest NIC's MAC address (as passed to QEMU) */
+  mac: string;
+}
+
+export interface RulesOptions {
+  bridge: string;
+  /** the bridge's own (fixed) MAC: frames to it are routed, not bridged */
+  bridgeMac: string;
+  /** every unihost tap name starts with it; other bridge ports are not filtered */
+  tapPrefix: string;
+  /** nftables table name, used in both families */
+  table: string;
+  /** ports of the gateway address a guest may connect to */
+  hostTcpPorts: number[];
+  hostUdpPorts: number[];
+}
+
+const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
+const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
+const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
+
+/** Throws on values that could break (or inject into) the nft script. */
+export function checkTapSpec(t: TapSpec): void {
+  if (!IFNAME.test(t.tap)) throw new Error(`bad tap name '${t.tap}'`);
+  if (!MAC.test(t.mac)) throw new Error(`bad MAC '${t.mac}' for tap ${t.tap}`);
+  const m = IPV4.exec(t.ip);
+  if (!m || m.slice(1).some((o) => Number(o) > 255)) throw new Error(`bad IPv4 '${t.ip}' for tap ${t.tap}`);
+}
+
+const q = (s: string): string => `"${s}"`;
+const set = (items: string[]): string => `{ ${items.join(', ')} }`;
+
+/** Taps grouped by user, users in a stable order (chain names u0, u1, ...). */
+function byUser(taps: TapSpec[]): TapSpec[][] {
+  const m = new Map<string, TapSpec[]>();
+  for (const t of [...taps].sort((a, b) => a.tap.localeCompare(b.tap))) {
+    const list = m.get(t.userId) ?? [];
+    list.push(t);
+    m.set(t.userId, list);
+  }
+  return [...m.keys()].sort().map((k) => m.get(k)!);
+}
+
+function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
+  const users = byUser(taps);
+  const pfx = q(`${o.tapPrefix}*`);
+  const L: string[] = [`table bridge ${o.table} {`];
+  L.push(`  set tap_mac { type ifname . ether_addr; }`);
+  L.push(`  set tap_ip { type ifname . ipv4_addr; }`);
+  L.push(`  map tap_user { type ifname : verdict; }`);
+  // Anti-spoofing: every frame a tap sends must carry its own addresses.
+  L.push(`  chain prerouting {`, `    type filter hook prerouting priority -200; policy accept;`);
+  L.push(`    iifname != ${pfx} accept`);
+  L.push(`    iifname . ether saddr != @tap_mac drop`);
+  L.push(`    ether type arp iifname . arp saddr ether != @tap_mac drop`);
+  L.push(`    ether type arp iifname . arp saddr ip != @tap_ip drop`);
+  L.push(`    ether type arp accept`);
+  L.push(`    ether type ip iifname . ip saddr != @tap_ip drop`);
+  L.push(`    ether type ip accept`);
+  L.push(`    drop`, `  }`);
+  // Tap -> tap: only within one user. Flooded frames (ARP broadcasts) pass
+  // this hook once per output port, so they never reach other users' taps.
+  L.push(`  chain forward {`, `    type filter hook forward priority -200; policy accept;`);
+  L.push(`    iifname vmap @tap_user`);
+  L.push(`    iifname ${pfx} drop`, `    oifname ${pfx} drop`, `  }`);
+  users.forEach((u, i) => {
+    L.push(`  chain u${i} {`, `    oifname ${set(u.map((t) => q(t.tap)))} accept`, `    drop`, `  }`);
+  });
+  L.push(`}`);
+  if (taps.length) {
+    const els = (f: (t: TapSpec) => string): string => set(taps.map(f));
+    L.push(`add element bridge ${o.table} tap_mac ${els((t) => `${q(t.tap)} . ${t.mac}`)}`);
+    L.push(`add element bridge ${o.table} tap_ip ${els((t) => `${q(t.tap)} . ${t.ip}`)}`);
+    const vm = users.flatMap((u, i) => u.map((t) => `${q(t.tap)} : jump u${i}`));
+    L.push(`add element bridge ${o.table} tap_user ${set(vm)}`);
+  }
+  return L;
+}
+
+function inetTable(o: RulesOptions): string[] {
+  const br = q(o.bridge);
+  const L: string[] = [`table inet ${o.table} {`];
+  L.push(`  chain input {`, `    type filter hook input priority -10; policy accept;`);
+  L.push(`    iifname != ${br} accept`);
+  L.push(`    ct state established,related accept`);
+  if (o.hostUdpPorts.length) L.push(`    udp dport ${set(o.hostUdpPorts.map(String))} accept`);
+  if (o.hostTcpPorts.length) L.push(`    tcp dport ${set(o.hostTcpPorts.map(String))} accept`);
+  L.push(`    icmp type echo-request accept`);
+  L.push(`    drop`, `  }`);
+  // The private network is not a way out, nor a way in from elsewhere, nor
+  // a detour around the bridge rules (guest -> gateway MAC -> routed back to
+  // another user's guest). With br_netfilter loaded (bridge-nf-call-iptables
+  // = 1, common), frames bridged tap -> tap also pass this hook, with the
+  // bridge as both interfaces: those are told apart by their destination MAC
+  // (a guest's, not the bridge's) and were already filtered in `bridge`.
+  L.push(`  chain forward {`, `    type filter hook forward priority -10; policy accept;`);
+  L.push(`    iifname ${br} oifname ${br} ether daddr != ${o.bridgeMac} accept`);
+  L.push(`    iifname ${br} drop`, `    oifname ${br} drop`, `  }`);
+  L.push(`}`);
+  return L;
+}
+
+/**
+ * The full script: create-if-missing, delete, recreate, in one transaction,
+ * so there is never a moment without rules nor a half-applied set.
+ */
+export function renderRules(o: RulesOptions, taps: TapSpec[]): string {
+  if (!MAC.test(o.bridgeMac)) throw new Error(`bad bridge MAC '${o.bridgeMac}'`);
+  if (!IFNAME.test(o.bridge) || !/^[a-z]{1,4}$/.test(o.tapPrefix) || !/^[A-Za-z0-9_]{1,32}$/.test(o.table))
+    throw new Error('bad bridge/table name');
+  taps.forEach(checkTapSpec);
+  return [
+    `table bridge ${o.table} {}`,
+    `delete table bridge ${o.table}`,
+    `table inet ${o.table} {}`,
+    `delete table inet ${o.table}`,
+    ...bridgeTable(o, taps),
+    ...inetTable(o),
+    '',
+  ].join('\n');
+}
+
+/** The script that removes both tables (teardown). */
+export function renderDelete(table: string): string {
+  return [
+    `table bridge ${table} {}`,
+    `delete table bridge ${table}`,
+    `table inet ${table} {}`,
+    `delete table inet ${table}`,
+    '',
+  ].join('\n');
+}
