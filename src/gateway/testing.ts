@@ -1,0 +1,274 @@
+/**
+ * Test fixtures for the gateway: host-side backends standing in for guests
+ * (HTTP and raw TCP, two "instances" on 127.0.0.2/127.0.0.3 sharing one
+ * destination port as real instances do), a gateway on 127.0.0.1 with free
+ * ports, and small HTTP/TLS clients.
+ */
+import { createHash } from 'node:crypto';
+import { mkdtemp } from 'node:fs/promises';
+import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import tls from 'node:tls';
+import pino from 'pino';
+import { ensureLocalCa, type LocalCa } from './ca.js';
+import { Gateway } from './gateway.js';
+import type { Backend, GatewayOptions, Route } from './types.js';
+
+export const METRO = 'unihost.test';
+export const silent = pino({ level: process.env.GATEWAY_TEST_LOG ?? 'silent' });
+
+let caPromise: Promise<LocalCa> | undefined;
+export function testCa(): Promise<LocalCa> {
+  caPromise ??= mkdtemp(path.join(tmpdir(), 'uh-gw-ca-')).then((d) => ensureLocalCa(d, METRO));
+  return caPromise;
+}
+
+export interface TestBackend {
+  id: string;
+  host: string;
+  port: number;
+  /** sockets currently open to this backend */
+  open(): number;
+  /** release responses held by GET /hold */
+  release(): void;
+  close(): Promise<void>;
+}
+
+/** An HTTP backend answering JSON about the request; /hold, /reset, /big and Upgrade are special. */
+function httpHandler(id: string, held: Array<() => void>): http.RequestListener {
+  return (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const url = new URL(req.url ?? '/', 'http://x');
+      if (url.pathname === '/hold') {
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        res.write(`${id}:held\n`);
+        held.push(() => res.end('done\n'));
+        return;
+      }
+      if (url.pathname === '/reset') {
+        res.writeHead(200, { 'content-length': '100000' });
+        res.write('partial');
+        setTimeout(() => req.socket.destroy(), 20);
+        return;
+      }
+      if (url.pathname === '/big') {
+        const n = Number(url.searchParams.get('n') ?? '1000000');
+        res.writeHead(200, { 'content-length': String(n) });
+        res.end(Buffer.alloc(n, 'x'));
+        return;
+      }
+      const body = JSON.stringify({
+        b: id,
+        method: req.method,
+        url: req.url,
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString(),
+      });
+      res.writeHead(200, { 'content-type': 'application/json', 'x-backend': id, 'set-cookie': ['a=1', 'b=2'] });
+      res.end(body);
+    });
+  };
+}
+
+/** Answers a WebSocket handshake properly, then echoes raw bytes prefixed with the backend id. */
+function onUpgrade(id: string): (req: http.IncomingMessage, s: net.Socket) => void {
+  return (req, s) => {
+    const accept = createHash('sha1')
+      .update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
+      .digest('base64');
+    s.write(
+      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\nX-Seen-Xff: ${req.headers['x-forwarded-for']}\r\n\r\n`,
+    );
+    s.on('data', (d: Buffer) => s.write(`${id}:${d.toString()}`));
+    s.on('error', () => {});
+  };
+}
+
+function tcpHandler(id: string): (s: net.Socket) => void {
+  return (s) => {
+    s.write(`hello from ${id}\n`);
+    s.on('data', (d: Buffer) => s.write(`${id}:${d.toString()}`));
+    s.on('error', () => {});
+  };
+}
+
+function serve(kind: 'http' | 'tcp', id: string, host: string, port: number): Promise<TestBackend> {
+  const held: Array<() => void> = [];
+  const sockets = new Set<net.Socket>();
+  let server: net.Server;
+  if (kind === 'http') {
+    const h = http.createServer(httpHandler(id, held));
+    h.on('upgrade', onUpgrade(id));
+    server = h;
+  } else server = net.createServer(tcpHandler(id));
+  server.on('connection', (s: net.Socket) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen({ host, port }, () => {
+      const p = (server.address() as net.AddressInfo).port;
+      resolve({
+        id,
+        host,
+        port: p,
+        open: () => sockets.size,
+        release: () => held.splice(0).forEach((f) => f()),
+        close: () =>
+          new Promise((r) => {
+            for (const s of sockets) s.destroy();
+            server.close(() => r());
+          }),
+      });
+    });
+  });
+}
+
+/** Two backends ("instances" a and b) on 127.0.0.2 and 127.0.0.3, same port. */
+export async function backendPair(kind: 'http' | 'tcp', prefix: string): Promise<[TestBackend, TestBackend]> {
+  for (let tries = 0; ; tries++) {
+    const a = await serve(kind, `${prefix}a`, '127.0.0.2', 0);
+    try {
+      return [a, await serve(kind, `${prefix}b`, '127.0.0.3', a.port)];
+    } catch (e) {
+      await a.close();
+      if (tries > 20) throw e;
+    }
+  }
+}
+
+/** A mutable backends() table: instance id -> state, per group. */
+export class BackendTable {
+  readonly groups = new Map<string, Backend[]>();
+  set(groupId: string, backends: TestBackend[], state: Backend['state'] = 'running'): void {
+    this.groups.set(
+      groupId,
+      backends.map((b) => ({ instanceId: b.id, host: b.host, state })),
+    );
+  }
+  setState(instanceId: string, state: Backend['state']): void {
+    for (const list of this.groups.values()) for (const b of list) if (b.instanceId === instanceId) b.state = state;
+  }
+  get = (groupId: string): Backend[] => this.groups.get(groupId) ?? [];
+}
+
+export async function startGateway(
+  routes: Route[],
+  table: BackendTable,
+  extra: Partial<GatewayOptions> = {},
+): Promise<Gateway> {
+  const ca = await testCa();
+  const gw = new Gateway({
+    listenHost: '127.0.0.1',
+    portMap: () => 0,
+    tls: { cert: ca.cert, key: ca.key },
+    metroDomain: METRO,
+    backends: table.get,
+    log: silent,
+    ...extra,
+  });
+  const res = await gw.setRoutes(routes);
+  for (const r of res) if (r.error) throw new Error(`port ${r.port}: ${r.error}`);
+  return gw;
+}
+
+export interface Reply {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+/** One HTTP(S) request on a fresh connection to the gateway; `host` is the Host header (and SNI). */
+export async function request(
+  port: number,
+  host: string,
+  p = '/',
+  o: { method?: string; body?: string; tls?: boolean; headers?: Record<string, string>; agent?: http.Agent } = {},
+): Promise<Reply> {
+  const ca = o.tls ? (await testCa()).caCert : undefined;
+  const mod = o.tls ? https : http;
+  return new Promise((resolve, reject) => {
+    const req = mod.request(
+      {
+        host: '127.0.0.1',
+        port,
+        path: p,
+        method: o.method ?? 'GET',
+        headers: { host, ...o.headers },
+        servername: o.tls ? host : undefined,
+        ca,
+        agent: o.agent ?? false,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(o.body);
+  });
+}
+
+/** A TLS connection to the gateway trusting the test CA; rejects with the handshake error. */
+export async function tlsConnect(
+  port: number,
+  servername: string,
+  o: tls.ConnectionOptions = {},
+): Promise<tls.TLSSocket> {
+  const ca = (await testCa()).caCert;
+  return new Promise((resolve, reject) => {
+    const s = tls.connect({ host: '127.0.0.1', port, servername, ca, ...o }, () => resolve(s));
+    s.once('error', reject);
+  });
+}
+
+/** Reads from a socket until `pred` holds for what arrived. */
+export function readUntil(s: net.Socket, pred: (text: string) => boolean): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = '';
+    const onData = (d: Buffer): void => {
+      text += d.toString();
+      if (pred(text)) {
+        s.removeListener('data', onData);
+        resolve(text);
+      }
+    };
+    s.on('data', onData);
+    s.once('error', reject);
+    s.once('close', () => resolve(text));
+  });
+}
+
+export const route = (
+  groupId: string,
+  port: number,
+  destinationPort: number,
+  handlers: string[],
+  fqdns: string[],
+  userId = 'u1',
+): Route => ({
+  groupId,
+  userId,
+  port,
+  destinationPort,
+  handlers,
+  fqdns,
+});
+
+export const until = async (pred: () => boolean, what: string, ms = 5000): Promise<void> => {
+  const end = Date.now() + ms;
+  while (!pred()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+};

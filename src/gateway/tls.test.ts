@@ -1,0 +1,139 @@
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import type { Gateway } from './gateway.js';
+import {
+  BackendTable,
+  backendPair,
+  readUntil,
+  request,
+  route,
+  startGateway,
+  tlsConnect,
+  until,
+  type TestBackend,
+} from './testing.js';
+
+describe('gateway: TLS termination, SNI routing, TCP mode', () => {
+  let a: [TestBackend, TestBackend];
+  let b: [TestBackend, TestBackend];
+  let t: [TestBackend, TestBackend];
+  let gw: Gateway;
+  let p443: number;
+  let p8443: number;
+  const table = new BackendTable();
+  const A = 'app-aaaa1111.unihost.test';
+  const B = 'bob-bbbb2222.unihost.test';
+  const T = 'db-tttt3333.unihost.test';
+
+  before(async () => {
+    a = await backendPair('http', 'A');
+    b = await backendPair('http', 'B');
+    t = await backendPair('tcp', 'T');
+    table.set('gA', a);
+    table.set('gB', b);
+    table.set('gT', t);
+    gw = await startGateway(
+      [
+        route('gA', 443, a[0].port, ['tls', 'http'], [A], 'alice'),
+        route('gB', 443, b[0].port, ['tls', 'http'], [B], 'bob'),
+        route('gT', 8443, t[0].port, ['tls'], [T], 'bob'),
+      ],
+      table,
+    );
+    p443 = gw.boundPort(443)!;
+    p8443 = gw.boundPort(8443)!;
+  });
+  after(async () => {
+    await gw.close();
+    for (const x of [...a, ...b, ...t]) await x.close();
+  });
+
+  for (const version of ['TLSv1.3', 'TLSv1.2'] as const) {
+    test(`${version}: a client trusting the local CA reaches the right user's group by SNI`, async () => {
+      const s = await tlsConnect(p443, A, {
+        minVersion: version,
+        maxVersion: version,
+        ALPNProtocols: ['h2', 'http/1.1'],
+      });
+      assert.equal(s.getProtocol(), version);
+      assert.equal(s.alpnProtocol, 'http/1.1'); // h2 is not offered
+      assert.equal(s.authorized, true);
+      s.write(`GET /v HTTP/1.1\r\nHost: ${A}\r\nConnection: close\r\n\r\n`);
+      const text = await readUntil(s, () => false);
+      assert.match(text, /^HTTP\/1.1 200/);
+      assert.match(text, /"b":"A[ab]"/);
+      assert.match(text, /"x-forwarded-proto":"https"/);
+    });
+  }
+
+  test('two groups on 443 are told apart by SNI; Host must agree with SNI (421)', async () => {
+    const rb = await request(p443, B, '/', { tls: true });
+    assert.match(JSON.parse(rb.body).b, /^B[ab]$/);
+    const mis = await request(p443, A, '/', { tls: true, headers: { host: B } });
+    assert.equal(mis.status, 421);
+  });
+
+  test('an unknown name gets a TLS unrecognized_name alert, no certificate', async () => {
+    await assert.rejects(tlsConnect(p443, 'nobody-zzzz.unihost.test'), (e: NodeJS.ErrnoException) => {
+      assert.match(`${e.code} ${e.message}`, /UNRECOGNIZED_NAME|unrecognized name/i);
+      return true;
+    });
+    // no SNI at all (client dials the IP) is refused the same way
+    await assert.rejects(tlsConnect(p443, '', { servername: undefined, checkServerIdentity: () => undefined }));
+  });
+
+  test('garbage and plain HTTP on a TLS port are answered and closed; the port keeps working', async () => {
+    const g = net.connect({ host: '127.0.0.1', port: p443 });
+    g.write(Buffer.from([0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3]));
+    const alert = await new Promise<Buffer>((resolve) => {
+      const got: Buffer[] = [];
+      g.on('data', (d: Buffer) => got.push(d));
+      g.on('close', () => resolve(Buffer.concat(got)));
+    });
+    assert.equal(alert[0], 0x15); // alert record
+    const h = net.connect({ host: '127.0.0.1', port: p443 });
+    h.write(`GET / HTTP/1.1\r\nHost: ${A}\r\n\r\n`);
+    assert.match(await readUntil(h, () => false), /^HTTP\/1.1 400[\s\S]*speaks TLS/);
+    assert.equal((await request(p443, A, '/', { tls: true })).status, 200);
+  });
+
+  test('TCP mode balances per connection and pipes bytes both ways after TLS', async () => {
+    const greetings: string[] = [];
+    const socks = [];
+    for (let i = 0; i < 4; i++) {
+      const s = await tlsConnect(p8443, T);
+      assert.equal(s.alpnProtocol, false);
+      greetings.push((await readUntil(s, (x) => x.includes('\n'))).trim());
+      socks.push(s);
+    }
+    assert.deepEqual(greetings.filter((g) => g === 'hello from Ta').length, 2);
+    assert.deepEqual(greetings.filter((g) => g === 'hello from Tb').length, 2);
+    assert.equal(gw.connections('Ta'), 2);
+    socks[0]!.write('abc');
+    assert.match(await readUntil(socks[0]!, (x) => x.includes('abc')), /T[ab]:abc/);
+    // a draining instance gets no new connection; its open ones stay
+    table.setState('Ta', 'draining');
+    for (let i = 0; i < 2; i++) {
+      const s = await tlsConnect(p8443, T);
+      assert.equal((await readUntil(s, (x) => x.includes('\n'))).trim(), 'hello from Tb');
+      s.destroy();
+    }
+    assert.equal(gw.connections('Ta'), 2);
+    for (const s of socks) s.destroy();
+    await until(() => gw.connections('Ta') === 0 && gw.connections('Tb') === 0, 'connections closed');
+    const c = gw.counters();
+    assert.ok(c.instances.Ta!.bytesIn >= 3 && c.instances.Ta!.bytesOut > 0);
+    assert.equal(c.groups.gT!.openConnections, 0);
+    table.setState('Ta', 'running');
+  });
+
+  test('TCP mode with no running instance closes the connection after the handshake', async () => {
+    table.setState('Ta', 'other');
+    table.setState('Tb', 'other');
+    const s = await tlsConnect(p8443, T);
+    assert.equal(await readUntil(s, () => false), '');
+    table.setState('Ta', 'running');
+    table.setState('Tb', 'running');
+  });
+});

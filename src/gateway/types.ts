@@ -1,0 +1,123 @@
+import type { Logger } from 'pino';
+
+/**
+ * One instance of a service group as the gateway sees it. Only `running`
+ * backends get new connections and requests; `draining` ones keep the work
+ * they have; `other` (starting, stopped, crashed, ...) get nothing.
+ */
+export interface Backend {
+  instanceId: string;
+  /** private address of the instance; the route's `destinationPort` is dialled on it */
+  host: string;
+  state: 'running' | 'draining' | 'other';
+}
+
+/** One published service of one group (api-v1.md, Service entry), with the group's FQDNs. */
+export interface Route {
+  groupId: string;
+  userId: string;
+  /** public port */
+  port: number;
+  destinationPort: number;
+  handlers: string[];
+  /** exact names (stored lower case, no trailing dot) */
+  fqdns: string[];
+}
+
+export interface KeyPair {
+  cert: string;
+  key: string;
+}
+
+export interface GatewayLimits {
+  /** open client connections per listener (public port) */
+  maxConnections: number;
+  /** open client connections per client IP and listener */
+  maxConnectionsPerIp: number;
+  /** time to receive a whole request head (slowloris) */
+  headersTimeoutMs: number;
+  /** time to receive the ClientHello and finish the TLS handshake */
+  handshakeTimeoutMs: number;
+  /** a client connection without any traffic for this long is closed (HTTP keep-alive and TCP) */
+  idleTimeoutMs: number;
+  /** a TCP-mode connection (no `http`) without any traffic for this long is closed */
+  tcpIdleTimeoutMs: number;
+  /** time an idle keep-alive HTTP client connection is kept open */
+  keepAliveTimeoutMs: number;
+  /** request head size; larger heads get 431 */
+  maxHeaderSize: number;
+  /** time to connect to a backend */
+  connectTimeoutMs: number;
+  /** time a backend may take to send response headers */
+  upstreamHeadersTimeoutMs: number;
+  /** upstream keep-alive connections per backend */
+  upstreamConnections: number;
+}
+
+export const DEFAULT_LIMITS: GatewayLimits = {
+  maxConnections: 10_000,
+  maxConnectionsPerIp: 1_000,
+  headersTimeoutMs: 10_000,
+  handshakeTimeoutMs: 10_000,
+  idleTimeoutMs: 120_000,
+  tcpIdleTimeoutMs: 600_000,
+  keepAliveTimeoutMs: 60_000,
+  maxHeaderSize: 16 * 1024,
+  connectTimeoutMs: 5_000,
+  upstreamHeadersTimeoutMs: 120_000,
+  upstreamConnections: 256,
+};
+
+export interface GatewayOptions {
+  /** public address the listeners bind to */
+  listenHost: string;
+  /** maps a public port to the port actually bound (tests map 80/443 to free ports; 0 = any free port) */
+  portMap?: (publicPort: number) => number;
+  /** metro wildcard certificate (operator files or the local CA's, see ca.ts) */
+  tls: KeyPair;
+  /** the metro domain: names under it use `tls`; others ask `certFor` */
+  metroDomain: string;
+  /** certificates of custom FQDNs; undefined falls back to the wildcard certificate */
+  certFor?: (sni: string) => KeyPair | undefined;
+  /** current instances of a group; called on every new connection or request, so it must be cheap */
+  backends(groupId: string): Backend[];
+  /**
+   * Called when a group has no running backend. May start one (scale to
+   * zero) and resolve true once it runs; false answers 503 / closes.
+   */
+  onNoBackend?(groupId: string): Promise<boolean>;
+  /** a request or connection went to an instance (for the autoscaler's idle clock) */
+  onActivity?(groupId: string, instanceId: string): void;
+  /** the last connection or in-flight request of an instance ended */
+  onIdle?(instanceId: string): void;
+  /** HTTP-01 answers for ACME: the key authorization for (host, token), or undefined */
+  acmeChallenge?(host: string, token: string): string | undefined;
+  limits?: Partial<GatewayLimits>;
+  log: Logger;
+}
+
+export interface Counter {
+  /** client connections (group) or connections and in-flight requests to the instance */
+  openConnections: number;
+  /** HTTP requests, or TCP connections in TCP mode */
+  requests: number;
+  /** bytes from clients */
+  bytesIn: number;
+  /** bytes to clients */
+  bytesOut: number;
+  /** ms since the epoch; 0 = never */
+  lastActivity: number;
+}
+
+export interface Counters {
+  groups: Record<string, Counter>;
+  instances: Record<string, Counter & { groupId: string }>;
+}
+
+/** What `setRoutes` did per public port. */
+export interface ListenResult {
+  port: number;
+  /** the port actually bound (after portMap) */
+  boundPort?: number;
+  error?: string;
+}
