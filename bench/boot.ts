@@ -48,7 +48,13 @@ const fmt = (xs: number[]) => {
 const dataDir = mkdtempSync(join(tmpdir(), 'unihost-bench-boot-'));
 const logger = pino({ level: 'warn' });
 const d = await startDaemon(
-  { ...DEFAULTS, dataDir, listen: '127.0.0.1:0', machines: { ...DEFAULTS.machines, accel: 'tcg' } },
+  {
+    ...DEFAULTS,
+    dataDir,
+    listen: '127.0.0.1:0',
+    machines: { ...DEFAULTS.machines, accel: 'tcg' },
+    network: { ...DEFAULTS.network, enabled: false },
+  },
   { logger, controllers: defaultControllers },
 );
 const cleanup: string[] = [];

@@ -25,6 +25,16 @@ export interface Config {
   defaultQuotas: { hard: Hard; limits: Limits };
   logLevel: string;
   machines: MachinesConfig;
+  network: NetworkConfig;
+}
+
+export interface NetworkConfig {
+  /** give instances a NIC on the private network (bridge, taps, isolation, DNS) */
+  enabled: boolean;
+  bridge: string;
+  /** serve `<name>.internal` on the gateway address */
+  dns: boolean;
+  dnsPort: number;
 }
 
 export interface MachinesConfig {
@@ -76,6 +86,7 @@ export const DEFAULTS: Config = {
     },
   },
   logLevel: 'info',
+  network: { enabled: true, bridge: 'uhbr0', dns: true, dnsPort: 53 },
   machines: {
     driver: 'qemu',
     accel: 'auto',
@@ -112,6 +123,7 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;
   if (env.UNIHOST_LOG_LEVEL) c.logLevel = env.UNIHOST_LOG_LEVEL;
   if (env.UNIHOST_ACCEL) c.machines = { accel: env.UNIHOST_ACCEL as MachinesConfig['accel'] };
+  if (env.UNIHOST_NETWORK) c.network = { enabled: !/^(0|false|off|no)$/i.test(env.UNIHOST_NETWORK) };
   return c;
 }
 

@@ -5,6 +5,7 @@ import { probeAccel } from './machines/qemu/accel.js';
 import { hostTscKhz } from './machines/qemu/argv.js';
 import { QemuDriver } from './machines/qemu/driver.js';
 import { MachineController } from './reconcile/machines.js';
+import { NetworkController } from './reconcile/network.js';
 import { VolumeController } from './reconcile/volumes.js';
 import type { Services } from './services/index.js';
 
@@ -32,12 +33,15 @@ export async function machineDriver(s: Services, log: Logger): Promise<DriverFac
 
 /** The background controllers the daemon runs by default. */
 export async function defaultControllers(s: Services, log: Logger): Promise<Controller[]> {
+  const network = s.config.network.enabled ? new NetworkController(s, log) : undefined;
   const machines = new MachineController({
+    network,
     services: s,
     driver: await machineDriver(s, log),
     log,
     bootTimeoutMs: s.config.machines.bootTimeoutMs,
     stopTimeoutMs: s.config.machines.stopTimeoutMs,
   });
-  return [new VolumeController(s, log), machines];
+  // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.
+  return [new VolumeController(s, log), ...(network ? [network] : []), machines];
 }

@@ -17,6 +17,7 @@ import { STOP } from '../domain/instance-states.js';
 import { deriveStop, isFailure, vmmFailure, type StopInfo } from '../machines/stop-info.js';
 import type { Services } from '../services/index.js';
 import type { InstanceRec } from '../store/types.js';
+import type { NetworkHooks } from './network.js';
 import { KeyedQueue, Timers, type TimerApi } from './engine.js';
 
 export interface MachineControllerOptions {
@@ -29,6 +30,8 @@ export interface MachineControllerOptions {
   stopTimeoutMs?: number;
   /** open connections of an instance, from the gateway; undefined while no gateway tracks it */
   connections?: (id: string) => number | undefined;
+  /** the private network; without it VMs get no NIC */
+  network?: NetworkHooks;
   timers?: TimerApi;
 }
 
@@ -161,6 +164,7 @@ export class MachineController implements Controller {
     if (!inst) {
       this.timers.clear(id);
       if (vm.running || existsSync(this.s.paths.instance(id))) await this.driver.delete(id, this.s.paths.instance(id));
+      await this.detachNet(id);
       return;
     }
     const now = this.now();
@@ -253,17 +257,20 @@ export class MachineController implements Controller {
     }
   }
 
-  private async bootSpec(inst: InstanceRec): Promise<MachineSpec> {
+  private async bootSpec(inst: InstanceRec, t0: number): Promise<{ spec: MachineSpec; netUs: number | null }> {
     const img = await imageBootFiles(this.s.paths, inst.image);
+    const nic = this.o.network ? await this.o.network.attach(inst) : undefined;
+    const netUs = nic ? Math.max(0, Math.round((this.now() - t0) * 1000)) : null;
     const volumes = await this.s.store.read((tx) => tx.volumes.forInstance(inst.id));
     const contract: Contract = img.machine === 'microvm' ? 'unihost' : 'unikraft';
-    return {
+    const spec: MachineSpec = {
       id: inst.id,
       dir: this.s.paths.instance(inst.id),
       kernel: img.kernel,
       initrd: img.initrd,
       cmdline: buildCmdline({
         kernelArgs: img.kernelArgs,
+        netdevIp: nic?.netdevIp,
         env: { ...img.env, ...inst.env },
         mounts: volumes.map((v, i) => ({ tag: `vol${i}`, at: v.at ?? '/data', readonly: v.readonly })),
         args: inst.args.length > 0 ? inst.args : img.args,
@@ -272,7 +279,18 @@ export class MachineController implements Controller {
       machine: img.machine,
       contract,
       disks: volumes.map((v, i) => ({ path: this.s.paths.volume(v.id), tag: `vol${i}`, readonly: v.readonly })),
+      ...(nic ? { nic: { tap: nic.tap, mac: nic.mac } } : {}),
     };
+    return { spec, netUs };
+  }
+
+  /** Removes the instance's tap; a failure is logged, never fatal (the next start re-creates it). */
+  private async detachNet(id: string): Promise<void> {
+    try {
+      await this.o.network?.detach(id);
+    } catch (e) {
+      this.o.log.warn({ id, err: e }, 'removing the tap failed');
+    }
   }
 
   private async boot(inst: InstanceRec): Promise<void> {
@@ -282,11 +300,13 @@ export class MachineController implements Controller {
     const t0 = this.now();
     let rt: MachineRuntime;
     let spec: MachineSpec;
+    let netUs: number | null = null;
     try {
       if (broken) throw new Error(`volume '${broken.name}' is in state error: ${broken.message ?? 'see the operator'}`);
-      spec = await this.bootSpec(inst);
+      ({ spec, netUs } = await this.bootSpec(inst, t0));
       rt = await this.driver.start(spec);
     } catch (e) {
+      await this.detachNet(inst.id);
       this.note(inst.id, `the VM could not be started: ${(e as Error).message}`);
       this.o.log.warn({ id: inst.id, err: e }, 'boot failed');
       await this.s.store.tx((tx) =>
@@ -308,6 +328,7 @@ export class MachineController implements Controller {
         start_count: inst.start_count + 1,
         started_at: new Date(rt.spawnedAt).toISOString(),
         vmm_start_time_us: Math.max(0, (rt.spawnedAt - t0) * 1000),
+        net_time_us: netUs,
         vmm_load_time_us: null,
         vmm_ready_time_us: null,
         boot_time_us: null,
@@ -408,6 +429,7 @@ export class MachineController implements Controller {
       await tx.instances.update(cur.id, patch);
       return { info, restart, delay };
     });
+    await this.detachNet(inst.id);
     if (done) this.o.log.info({ id: inst.id, ...done.info, restart: done.restart, delay: done.delay }, 'VM stopped');
   }
 

@@ -238,6 +238,8 @@ export interface Tx {
     /** the same list as a JSON array of `{uuid, name}`, built by the database */
     listJson(userId: string, state?: InstanceState): Promise<string>;
     ipTaken(ip: string): Promise<boolean>;
+    /** the instance holding a private IP (DNS: who is asking) */
+    getByIp(ip: string): Promise<InstanceRec | undefined>;
     /** private IP of the most recently created instance that has one */
     lastIp(): Promise<string | undefined>;
   };

@@ -62,6 +62,7 @@ export async function startHarness(
     listen: '127.0.0.1:0',
     dataDir,
     machines: { ...DEFAULTS.machines, ...over.machines },
+    network: { ...DEFAULTS.network, ...over.network },
     defaultQuotas: {
       hard: { ...DEFAULTS.defaultQuotas.hard, ...over.defaultQuotas?.hard },
       limits: { ...DEFAULTS.defaultQuotas.limits, ...over.defaultQuotas?.limits },

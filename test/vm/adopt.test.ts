@@ -17,7 +17,8 @@ import { alive, guestOut, killLeaks, poll, qemuProcs, ROOT } from '../helpers/vm
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-const env = { ...process.env, UNIHOST_ACCEL: 'tcg', UNIHOST_LOG_LEVEL: 'info' };
+// Machines only: the private network is tested in its own namespace (daemon-network.test.ts).
+const env = { ...process.env, UNIHOST_ACCEL: 'tcg', UNIHOST_LOG_LEVEL: 'info', UNIHOST_NETWORK: '0' };
 let dir: string;
 let url: string;
 let port: number;

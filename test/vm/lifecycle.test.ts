@@ -26,7 +26,9 @@ const BOOT_MS = 180_000;
 
 before(async () => {
   const log = pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' });
-  h = await startHarness({ machines: { accel: 'tcg' } }, (s) => defaultControllers(s, log));
+  h = await startHarness({ machines: { accel: 'tcg' }, network: { enabled: false } }, (s) =>
+    defaultControllers(s, log),
+  );
   await importGuestImages(h.daemon.services.images, guestOut());
   tok = await h.user('dev', true);
 });

@@ -272,6 +272,10 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }, ca
                (SELECT id, name FROM instances WHERE user_id=@u AND (@s IS NULL OR state=@s) ORDER BY rowid)`,
           ).get({ u: userId, s: state ?? null }) as { j: string }
         ).j,
+      getByIp: async (ip) => {
+        const row = prep('SELECT id FROM instances WHERE private_ip=?').get(ip) as { id: string } | undefined;
+        return row ? instanceById(row.id) : undefined;
+      },
       ipTaken: async (ip) => prep('SELECT 1 FROM instances WHERE private_ip=?').get(ip) !== undefined,
       lastIp: async () =>
         (

@@ -1,0 +1,80 @@
+import type { Controller } from '../daemon.js';
+import { macFor } from '../domain/ipam.js';
+import { InternalDns } from '../network/dns.js';
+import { HostNetwork, tapName, type TapSpec } from '../network/host.js';
+import type { Services } from '../services/index.js';
+import type { InstanceRec } from '../store/types.js';
+
+/** What the machine controller needs from the network to boot a VM. */
+export interface NetworkHooks {
+  /** Creates (idempotently) the instance's tap; returns the NIC and the `netdev.ip` value. */
+  attach(inst: InstanceRec): Promise<{ tap: string; mac: string; netdevIp: string }>;
+  /** Removes the instance's tap once its VM is gone. */
+  detach(instanceId: string): Promise<void>;
+}
+
+/**
+ * The private network (docs/network.md): a bridge owned by the daemon, one tap
+ * per running instance with per-user isolation rules, and the `.internal` DNS
+ * server on the gateway address. On start it keeps the taps of VMs that are
+ * still running (adopted) and removes the rest.
+ */
+export class NetworkController implements Controller, NetworkHooks {
+  readonly host: HostNetwork;
+  private dns: InternalDns | null = null;
+
+  constructor(
+    private readonly s: Services,
+    private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void },
+  ) {
+    const n = s.config.network;
+    this.host = new HostNetwork({ subnet: s.config.subnet, bridge: n.bridge });
+  }
+
+  private spec(inst: InstanceRec): TapSpec {
+    if (!inst.private_ip || !inst.nic_id) throw new Error(`instance ${inst.name} has no private address`);
+    return { tap: tapName(inst.id), userId: inst.user_id, ip: inst.private_ip, mac: inst.mac ?? macFor(inst.nic_id) };
+  }
+
+  async start(): Promise<void> {
+    await this.host.setup();
+    const all = await this.s.store.read((tx) => tx.instances.all());
+    // Taps of VMs an earlier daemon started stay: QEMU holds them open.
+    const expected = all.filter((i) => (i.runtime as { pid?: number }).pid && i.private_ip).map((i) => this.spec(i));
+    const r = await this.host.sync(expected);
+    if (r.removed.length > 0) this.log.info({ removed: r.removed }, 'removed stray taps');
+    if (this.s.config.network.dns) {
+      this.dns = new InternalDns({
+        host: this.host.gateway,
+        port: this.s.config.network.dnsPort,
+        resolve: (clientIp, name) => this.resolve(clientIp, name),
+        onError: (e) => this.log.warn({ err: e }, 'DNS resolver failed'),
+      });
+      const a = await this.dns.start();
+      this.log.info(a, '.internal DNS listening');
+    }
+  }
+
+  async stop(): Promise<void> {
+    await this.dns?.stop();
+  }
+
+  /** `<name>.internal` for the asking instance's own user only. */
+  private async resolve(clientIp: string, name: string): Promise<string | undefined> {
+    return this.s.store.read(async (tx) => {
+      const asker = await tx.instances.getByIp(clientIp);
+      if (!asker) return undefined;
+      return (await tx.instances.getByName(asker.user_id, name))?.private_ip ?? undefined;
+    });
+  }
+
+  async attach(inst: InstanceRec): Promise<{ tap: string; mac: string; netdevIp: string }> {
+    const spec = this.spec(inst);
+    await this.host.ensureTap(spec);
+    return { tap: spec.tap, mac: spec.mac, netdevIp: this.host.netdevIp(spec.ip) };
+  }
+
+  async detach(instanceId: string): Promise<void> {
+    await this.host.removeTap(tapName(instanceId));
+  }
+}
