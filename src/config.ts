@@ -26,6 +26,16 @@ export interface Config {
   logLevel: string;
   machines: MachinesConfig;
   network: NetworkConfig;
+  gateway: GatewayConfig;
+}
+
+export interface GatewayConfig {
+  /** publish service groups' ports (listeners, TLS, balancing) */
+  enabled: boolean;
+  /** address the public listeners bind to */
+  listen: string;
+  /** bound port = public port + offset (e.g. 8000 to run without root); -1 = any free port (tests) */
+  portOffset: number;
 }
 
 export interface NetworkConfig {
@@ -87,6 +97,7 @@ export const DEFAULTS: Config = {
   },
   logLevel: 'info',
   network: { enabled: true, bridge: 'uhbr0', dns: true, dnsPort: 53 },
+  gateway: { enabled: true, listen: '127.0.0.1', portOffset: 0 },
   machines: {
     driver: 'qemu',
     accel: 'auto',
@@ -123,6 +134,7 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;
   if (env.UNIHOST_LOG_LEVEL) c.logLevel = env.UNIHOST_LOG_LEVEL;
   if (env.UNIHOST_ACCEL) c.machines = { accel: env.UNIHOST_ACCEL as MachinesConfig['accel'] };
+  if (env.UNIHOST_GATEWAY_LISTEN) c.gateway = { listen: env.UNIHOST_GATEWAY_LISTEN };
   if (env.UNIHOST_NETWORK) c.network = { enabled: !/^(0|false|off|no)$/i.test(env.UNIHOST_NETWORK) };
   return c;
 }

@@ -5,6 +5,7 @@ import { probeAccel } from './machines/qemu/accel.js';
 import { hostTscKhz } from './machines/qemu/argv.js';
 import { QemuDriver } from './machines/qemu/driver.js';
 import { MachineController } from './reconcile/machines.js';
+import { GatewayController } from './reconcile/gateway.js';
 import { NetworkController } from './reconcile/network.js';
 import { VolumeController } from './reconcile/volumes.js';
 import type { Services } from './services/index.js';
@@ -34,8 +35,12 @@ export async function machineDriver(s: Services, log: Logger): Promise<DriverFac
 /** The background controllers the daemon runs by default. */
 export async function defaultControllers(s: Services, log: Logger): Promise<Controller[]> {
   const network = s.config.network.enabled ? new NetworkController(s, log) : undefined;
-  const machines = new MachineController({
+  // The gateway ends drains early when an instance's last connection closes.
+  let machines: MachineController | undefined;
+  const gateway = s.config.gateway.enabled ? new GatewayController(s, log, (id) => machines?.kick(id)) : undefined;
+  machines = new MachineController({
     network,
+    connections: gateway ? (id) => gateway.connections(id) : undefined,
     services: s,
     driver: await machineDriver(s, log),
     log,
@@ -43,5 +48,5 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
     stopTimeoutMs: s.config.machines.stopTimeoutMs,
   });
   // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.
-  return [new VolumeController(s, log), ...(network ? [network] : []), machines];
+  return [new VolumeController(s, log), ...(network ? [network] : []), machines, ...(gateway ? [gateway] : [])];
 }

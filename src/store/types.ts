@@ -245,6 +245,8 @@ export interface Tx {
   };
   groups: UserTable<ServiceGroupRec> & {
     getAnyUser(id: string): Promise<ServiceGroupRec | undefined>;
+    /** every group of every user (gateway) */
+    all(): Promise<ServiceGroupRec[]>;
   };
   domains: {
     get(fqdn: string): Promise<DomainRec | undefined>;

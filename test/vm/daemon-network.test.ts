@@ -17,7 +17,9 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import pino from 'pino';
-import { request } from 'undici';
+import { Agent, request } from 'undici';
+import { readFileSync } from 'node:fs';
+import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
@@ -226,6 +228,109 @@ if (!process.env.UH_TEST_NETNS) {
       assert.ok(existsSync(file));
       // the host checks the file system the guests used
       assert.equal(spawnSync('e2fsck', ['-fn', file]).status, 0, 'ext4 image is clean');
+    });
+
+    test('the gateway publishes a group of real guests: TLS, balancing, routing per user, redirect, drain', async () => {
+      const gwc = h.daemon.services.controllers!.find(
+        (c) => (c as GatewayController).gateway !== undefined && 'ca' in (c as object),
+      ) as GatewayController;
+      const services = [
+        { port: 443, destination_port: 8080, handlers: ['tls', 'http'] },
+        { port: 80, destination_port: 443, handlers: ['http', 'redirect'] },
+      ];
+      const w1 = await h.call('POST', '/v1/instances', alice, {
+        name: 'w1',
+        image: 'http:latest',
+        service_group: { services },
+      });
+      const group = w1.body.data.instances[0].service_group;
+      const fqdn: string = group.domains[0].fqdn;
+      await h.call('POST', '/v1/instances', alice, {
+        name: 'w2',
+        image: 'http:latest',
+        service_group: { name: group.name },
+      });
+      const bobGroup = await h.call('POST', '/v1/instances', bob, {
+        name: 'bw',
+        image: 'http:latest',
+        service_group: { services: [services[0]] },
+      });
+      const bobFqdn: string = bobGroup.body.data.instances[0].service_group.domains[0].fqdn;
+      const started = await Promise.all([
+        h.call('PUT', '/v1/instances/start', alice, [
+          { name: 'w1', wait_timeout_ms: 240_000 },
+          { name: 'w2', wait_timeout_ms: 240_000 },
+        ]),
+        h.call('PUT', '/v1/instances/start', bob, { name: 'bw', wait_timeout_ms: 240_000 }),
+      ]);
+      for (const r of started)
+        for (const e of r.body.data.instances) assert.equal(e.state, 'running', JSON.stringify(r.body));
+      const gw = gwc.gateway!;
+      const tlsPort = gw.boundPort(443)!;
+      const httpPort = gw.boundPort(80)!;
+      assert.ok(tlsPort && httpPort, 'listeners for 443 and 80');
+      const ca = readFileSync(gwc.ca!.caPath, 'utf8');
+      const get = async (name: string, path = '/') => {
+        const agent = new Agent({ connect: { ca, servername: name } });
+        try {
+          const r = await request(`https://127.0.0.1:${tlsPort}${path}`, {
+            headers: { host: name },
+            dispatcher: agent,
+          });
+          return { status: r.statusCode, body: await r.body.text() };
+        } finally {
+          await agent.close();
+        }
+      };
+      const ids = Object.fromEntries(
+        await Promise.all(
+          ['w1', 'w2'].map(async (n) => [
+            n,
+            (await h.call('GET', '/v1/instances', alice, { name: n })).body.data.instances[0].uuid,
+          ]),
+        ),
+      );
+      const bobId = (await h.call('GET', '/v1/instances', bob, { name: 'bw' })).body.data.instances[0].uuid;
+      await poll('guests answer through the gateway', async () => (await get(fqdn)).status === 200, 60_000);
+      for (let i = 0; i < 10; i++) {
+        const r = await get(fqdn, `/?i=${i}`);
+        assert.equal(r.status, 200);
+        assert.match(r.body, /hello from unihost/);
+      }
+      const c = gw.counters();
+      assert.ok(
+        (c.instances[ids.w1]?.requests ?? 0) > 0 && (c.instances[ids.w2]?.requests ?? 0) > 0,
+        `both backends served: ${JSON.stringify(c.instances)}`,
+      );
+      const before = c.instances[bobId]?.requests ?? 0;
+      assert.equal((await get(bobFqdn)).status, 200);
+      assert.equal(gw.counters().instances[bobId]?.requests, before + 1, "bob's name reaches bob's instance");
+      // unknown names are refused; port 80 redirects to https keeping host, path and query
+      const unknown = await request(`http://127.0.0.1:${httpPort}/`, {
+        headers: { host: `nope.${h.daemon.config.metroDomain}` },
+      });
+      assert.equal(unknown.statusCode, 404);
+      await unknown.body.text();
+      const redir = await request(`http://127.0.0.1:${httpPort}/a/b?x=1`, { headers: { host: fqdn } });
+      assert.equal(redir.statusCode, 301);
+      assert.equal(redir.headers.location, `https://${fqdn}/a/b?x=1`);
+      await redir.body.text();
+      // drain without open connections ends at once; the stopped instance gets no traffic
+      const st = await h.call('PUT', '/v1/instances/stop', alice, { name: 'w1', drain_timeout_ms: 120_000 });
+      assert.equal(st.body.data.instances[0].state, 'draining');
+      const waited = await h.call('GET', '/v1/instances/wait', alice, {
+        name: 'w1',
+        state: 'stopped',
+        timeout_ms: 60_000,
+      });
+      assert.equal(
+        waited.body.status,
+        'success',
+        'the drain ended when no connection was open, well before its timeout',
+      );
+      const w1Before = gw.counters().instances[ids.w1]?.requests ?? 0;
+      for (let i = 0; i < 4; i++) assert.equal((await get(fqdn)).status, 200);
+      assert.equal(gw.counters().instances[ids.w1]?.requests ?? 0, w1Before, 'a stopped instance receives nothing');
     });
   });
 }

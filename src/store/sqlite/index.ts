@@ -298,6 +298,7 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }, ca
     groups: {
       ...userTable(S.groups),
       getAnyUser: async (id) => one(S.groups, 'SELECT * FROM service_groups WHERE id=?', id),
+      all: async () => many(S.groups, 'SELECT * FROM service_groups ORDER BY rowid'),
     },
     domains: {
       get: async (fqdn) => one<DomainRec>(S.domains, 'SELECT * FROM domains WHERE fqdn=?', fqdn),

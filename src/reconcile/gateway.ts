@@ -1,0 +1,120 @@
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import type { Controller } from '../daemon.js';
+import { ensureLocalCa, Gateway, type Backend, type LocalCa, type Route } from '../gateway/index.js';
+import type { Services } from '../services/index.js';
+import type { InstanceRec } from '../store/types.js';
+import { KeyedQueue } from './engine.js';
+
+const DAY_MS = 86_400_000;
+
+/**
+ * Keeps the gateway (docs/gateway.md) in step with the store: one route per
+ * published port of every service group, and an in-memory backend table per
+ * group (the gateway asks on every request, so it must not touch SQLite).
+ * Only `running` instances get new traffic; `draining` ones keep what they
+ * have; stopped ones are cut at once.
+ */
+export class GatewayController implements Controller {
+  gateway: Gateway | null = null;
+  ca: LocalCa | null = null;
+  private backendsByGroup = new Map<string, Backend[]>();
+  private readonly queue: KeyedQueue;
+  private off: (() => void) | null = null;
+  private renew: NodeJS.Timeout | null = null;
+  private lastState = new Map<string, InstanceRec['state']>();
+
+  constructor(
+    private readonly s: Services,
+    private readonly log: Logger,
+    /** called when an instance's last connection closed (ends a drain early) */
+    private readonly onIdle: (instanceId: string) => void = () => undefined,
+  ) {
+    this.queue = new KeyedQueue((k, e) => log.error({ k, err: e }, 'gateway sync failed'));
+  }
+
+  async start(): Promise<void> {
+    const g = this.s.config.gateway;
+    this.ca = await ensureLocalCa(join(this.s.config.dataDir, 'ca'), this.s.config.metroDomain);
+    this.log.info({ ca: this.ca.caPath }, 'gateway: metro wildcard certificate from the local CA (trust this CA file)');
+    this.gateway = new Gateway({
+      listenHost: g.listen,
+      portMap: (p) => (g.portOffset < 0 ? 0 : p + g.portOffset),
+      tls: { cert: this.ca.cert, key: this.ca.key },
+      metroDomain: this.s.config.metroDomain,
+      backends: (groupId) => this.backendsByGroup.get(groupId) ?? [],
+      onIdle: (id) => this.onIdle(id),
+      log: this.log,
+    });
+    this.off = this.s.store.onChange((c) => {
+      if (c.kind === 'group' || c.kind === 'instance') void this.queue.run('sync', () => this.sync());
+    });
+    await this.sync();
+    this.renew = setInterval(() => void this.renewCertificate(), DAY_MS);
+    this.renew.unref();
+  }
+
+  private async renewCertificate(): Promise<void> {
+    this.ca = await ensureLocalCa(join(this.s.config.dataDir, 'ca'), this.s.config.metroDomain);
+    this.gateway?.setCertificate({ cert: this.ca.cert, key: this.ca.key });
+  }
+
+  async stop(): Promise<void> {
+    this.off?.();
+    if (this.renew) clearInterval(this.renew);
+    await this.queue.drain();
+    await this.gateway?.close();
+  }
+
+  /** Rebuilds routes and backends from the store (cheap: a few queries over groups and instances). */
+  private async sync(): Promise<void> {
+    const gw = this.gateway;
+    if (!gw) return;
+    const { routes, backends, states } = await this.s.store.read(async (tx) => {
+      const routes: Route[] = [];
+      const backends = new Map<string, Backend[]>();
+      const states = new Map<string, InstanceRec['state']>();
+      for (const g of await tx.groups.all()) {
+        const fqdns = (await tx.domains.forGroup(g.id)).map((d) => d.fqdn);
+        for (const svc of g.services) {
+          routes.push({
+            groupId: g.id,
+            userId: g.user_id,
+            port: svc.port,
+            destinationPort: svc.destination_port,
+            handlers: svc.handlers,
+            fqdns,
+          });
+        }
+        const list: Backend[] = [];
+        for (const i of await tx.instances.inGroup(g.id)) {
+          states.set(i.id, i.state);
+          if (!i.private_ip) continue;
+          list.push({
+            instanceId: i.id,
+            host: i.private_ip,
+            state: i.state === 'running' ? 'running' : i.state === 'draining' ? 'draining' : 'other',
+          });
+        }
+        backends.set(g.id, list);
+      }
+      return { routes, backends, states };
+    });
+    this.backendsByGroup = backends;
+    // An instance that stopped or crashed is taken out at once: its connections are cut.
+    for (const [id, prev] of this.lastState) {
+      const now = states.get(id);
+      if ((prev === 'running' || prev === 'draining') && now !== 'running' && now !== 'draining') gw.disconnect(id);
+      if (now === undefined) gw.forgetInstance(id);
+    }
+    this.lastState = states;
+    for (const r of await gw.setRoutes(routes)) {
+      if ('error' in r && r.error) this.log.warn(r, 'gateway: could not listen on a published port');
+    }
+  }
+
+  /** Open connections of an instance (the machine controller ends drains with it). */
+  connections(instanceId: string): number | undefined {
+    return this.gateway?.connections(instanceId);
+  }
+}
