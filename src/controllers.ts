@@ -36,9 +36,9 @@ export async function machineDriver(s: Services, log: Logger): Promise<DriverFac
 export async function defaultControllers(s: Services, log: Logger): Promise<Controller[]> {
   const network = s.config.network.enabled ? new NetworkController(s, log) : undefined;
   // The gateway ends drains early when an instance's last connection closes.
-  let machines: MachineController | undefined;
-  const gateway = s.config.gateway.enabled ? new GatewayController(s, log, (id) => machines?.kick(id)) : undefined;
-  machines = new MachineController({
+  // (the closure runs only once the controllers have started, after `machines` is initialized)
+  const gateway = s.config.gateway.enabled ? new GatewayController(s, log, (id) => machines.kick(id)) : undefined;
+  const machines = new MachineController({
     network,
     connections: gateway ? (id) => gateway.connections(id) : undefined,
     services: s,
