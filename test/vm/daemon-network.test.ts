@@ -19,6 +19,7 @@ import { fileURLToPath } from 'node:url';
 import pino from 'pino';
 import { Agent, request } from 'undici';
 import { readFileSync } from 'node:fs';
+import tls from 'node:tls';
 import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
@@ -237,6 +238,7 @@ if (!process.env.UH_TEST_NETNS) {
       const services = [
         { port: 443, destination_port: 8080, handlers: ['tls', 'http'] },
         { port: 80, destination_port: 443, handlers: ['http', 'redirect'] },
+        { port: 8443, destination_port: 8080, handlers: ['tls'] }, // TCP mode: a connection pins one instance
       ];
       const w1 = await h.call('POST', '/v1/instances', alice, {
         name: 'w1',
@@ -315,22 +317,40 @@ if (!process.env.UH_TEST_NETNS) {
       assert.equal(redir.statusCode, 301);
       assert.equal(redir.headers.location, `https://${fqdn}/a/b?x=1`);
       await redir.body.text();
-      // drain without open connections ends at once; the stopped instance gets no traffic
-      const st = await h.call('PUT', '/v1/instances/stop', alice, { name: 'w1', drain_timeout_ms: 120_000 });
+      // drain: an open connection (TCP mode) holds the instance in draining; closing it ends the drain
+      const sock = tls.connect({ host: '127.0.0.1', port: gw.boundPort(8443)!, servername: fqdn, ca });
+      await new Promise<void>((resolve, reject) => sock.once('secureConnect', resolve).once('error', reject));
+      const pinned = await poll(
+        'the connection reached an instance',
+        () => ['w1', 'w2'].find((n) => (gw.counters().instances[ids[n]!]?.openConnections ?? 0) > 0),
+        20_000,
+      );
+      const st = await h.call('PUT', '/v1/instances/stop', alice, { name: pinned, drain_timeout_ms: 120_000 });
       assert.equal(st.body.data.instances[0].state, 'draining');
+      const early = await h.call('GET', '/v1/instances/wait', alice, {
+        name: pinned,
+        state: 'stopped',
+        timeout_ms: 3_000,
+      });
+      assert.equal(early.body.data.instances[0].error, 12, 'still draining while the connection is open');
+      sock.destroy();
       const waited = await h.call('GET', '/v1/instances/wait', alice, {
-        name: 'w1',
+        name: pinned,
         state: 'stopped',
         timeout_ms: 60_000,
       });
       assert.equal(
         waited.body.status,
         'success',
-        'the drain ended when no connection was open, well before its timeout',
+        'the drain ended when the last connection closed, long before its timeout',
       );
-      const w1Before = gw.counters().instances[ids.w1]?.requests ?? 0;
+      const stoppedBefore = gw.counters().instances[ids[pinned]!]?.requests ?? 0;
       for (let i = 0; i < 4; i++) assert.equal((await get(fqdn)).status, 200);
-      assert.equal(gw.counters().instances[ids.w1]?.requests ?? 0, w1Before, 'a stopped instance receives nothing');
+      assert.equal(
+        gw.counters().instances[ids[pinned]!]?.requests ?? 0,
+        stoppedBefore,
+        'a stopped instance receives nothing',
+      );
     });
   });
 }
