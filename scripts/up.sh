@@ -52,12 +52,22 @@ User '$USER_NAME' token (also in $DATA/$USER_NAME.token):
   export UKC_METRO=$URL
   export UKC_TOKEN=$TOKEN
 
-Images to boot: echo:latest, exit:latest, http:latest, burn:latest, panic:latest
+Images to boot: echo:latest, exit:latest, http:latest, fetch:latest, burn:latest, panic:latest
+Gateway: published services listen on 127.0.0.1 (80/443); TLS uses the metro wildcard
+certificate signed by the local CA $DATA/ca/ca.pem (trust it, or pass --cacert).
 Next, boot an instance and read its console:
 
   curl -s -X POST \$UKC_METRO/v1/instances -H "Authorization: Bearer \$UKC_TOKEN" \\
     -d '{"name":"hello","image":"echo:latest","args":["hello","world"],"autostart":true,"wait_timeout_ms":60000}'
   curl -s "\$UKC_METRO/v1/instances/log?name=hello" -H "Authorization: Bearer \$UKC_TOKEN" \\
     | node -e 'const r=JSON.parse(require("fs").readFileSync(0));console.log(Buffer.from(r.data.instances[0].output,"base64").toString())'
+
+Then publish a web server under a domain, with TLS:
+
+  curl -s -X POST \$UKC_METRO/v1/instances -H "Authorization: Bearer \$UKC_TOKEN" \\
+    -d '{"name":"web","image":"http:latest","autostart":true,"wait_timeout_ms":60000,
+         "service_group":{"services":[{"port":443,"destination_port":8080,"handlers":["tls","http"]}]}}'
+  # then, with the fqdn from the answer (…unihost.localhost resolves to 127.0.0.1):
+  curl --cacert $DATA/ca/ca.pem https://<fqdn>/
 
 MSG
