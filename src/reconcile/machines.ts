@@ -18,6 +18,7 @@ import { deriveStop, isFailure, vmmFailure, type StopInfo } from '../machines/st
 import type { Services } from '../services/index.js';
 import type { InstanceRec } from '../store/types.js';
 import type { NetworkHooks } from './network.js';
+import { checkVolumeFile } from './volumes.js';
 import { KeyedQueue, Timers, type TimerApi } from './engine.js';
 
 export interface MachineControllerOptions {
@@ -303,6 +304,13 @@ export class MachineController implements Controller {
     let netUs: number | null = null;
     try {
       if (broken) throw new Error(`volume '${broken.name}' is in state error: ${broken.message ?? 'see the operator'}`);
+      for (const v of volumes) {
+        const problem = await checkVolumeFile(this.s.paths.volume(v.id));
+        if (problem) {
+          await this.s.store.tx((tx) => tx.volumes.update(v.id, { state: 'error', message: problem }));
+          throw new Error(`volume '${v.name}': ${problem}`);
+        }
+      }
       ({ spec, netUs } = await this.bootSpec(inst, t0));
       rt = await this.driver.start(spec);
     } catch (e) {

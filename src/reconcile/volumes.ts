@@ -9,6 +9,24 @@ import { KeyedQueue } from './engine.js';
 const run = promisify(execFile);
 
 /**
+ * Checks a volume image before a VM mounts it (`e2fsck -fn`: read-only, no
+ * repairs). Returns null when it is usable, else what is wrong. Exit status
+ * 4 and above means errors left uncorrected or no file system at all.
+ */
+export async function checkVolumeFile(file: string): Promise<string | null> {
+  if (!existsSync(file)) return `the image file ${file} is missing`;
+  try {
+    await run('e2fsck', ['-fn', file]);
+    return null;
+  } catch (e) {
+    const x = e as { code?: number; stdout?: string; stderr?: string };
+    if (typeof x.code === 'number' && x.code < 4) return null;
+    const detail = `${x.stderr ?? ''}${x.stdout ?? ''}`.trim().split('\n').slice(0, 3).join(' / ');
+    return `the ext4 image is damaged (e2fsck exit ${x.code}): ${detail}`;
+  }
+}
+
+/**
  * Makes volume image files match the store: formats new volumes with
  * `mkfs.ext4` (initializing → available, or idle when attached), removes the
  * files of deleted volumes, and marks a volume whose file went missing as

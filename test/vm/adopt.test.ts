@@ -132,7 +132,15 @@ after(async () => {
 
 test('kill -9 of the daemon: VMs keep running; the next daemon adopts them', async () => {
   const r = await api('POST', '/v1/instances', [
-    { name: 'survivor', image: 'echo:latest', args: ['adopt', 'me'], autostart: true, wait_timeout_ms: 180_000 },
+    {
+      name: 'survivor',
+      image: 'echo:latest',
+      args: ['adopt', 'me'],
+      env: { ECHO_FILE: '/data/note.txt' },
+      volumes: [{ size_mb: 16, at: '/data' }],
+      autostart: true,
+      wait_timeout_ms: 180_000,
+    },
     { name: 'victim', image: 'echo:latest', autostart: true, wait_timeout_ms: 180_000 },
   ]);
   for (const e of r.data.instances) {
@@ -169,6 +177,28 @@ test('kill -9 of the daemon: VMs keep running; the next daemon adopts them', asy
   assert.deepEqual([s.stop_reason, s.exit_code, s.stop_code], [15, 0, 0]);
   assert.match(await logText('survivor'), /echo: SIGTERM, exiting/);
   await poll('adopted QEMU gone', () => !alive(pid), 10_000);
+});
+
+test('what the VM wrote to its volume across the kill -9 is read by another instance', async () => {
+  const vol = (await one('GET', `/v1/instances/${ids.survivor}`)).volumes[0];
+  assert.ok(vol, 'the survivor has its volume');
+  const d = await api('PUT', '/v1/volumes/detach', { uuid: vol.uuid });
+  assert.equal(d.status, 'success', JSON.stringify(d));
+  await api('POST', '/v1/instances', {
+    name: 'reader',
+    image: 'echo:latest',
+    args: ['second'],
+    env: { ECHO_FILE: '/v/note.txt' },
+  });
+  const a = await api('PUT', '/v1/volumes/attach', { uuid: vol.uuid, attach_to: { name: 'reader' }, at: '/v' });
+  assert.equal(a.status, 'success', JSON.stringify(a));
+  const st = await one('PUT', '/v1/instances/start', { name: 'reader', wait_timeout_ms: 180_000 });
+  assert.equal(st.state, 'running');
+  ids.reader = st.uuid;
+  await poll('the reader printed the bytes written before the kill -9', async () =>
+    /adopt me/.test(await logText('reader')),
+  );
+  await one('DELETE', `/v1/instances/${ids.reader}`);
 });
 
 test('a VM killed while the daemon is down → stopped with an honest reason and a log line', async () => {
