@@ -18,7 +18,7 @@ export LC_ALL=C
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OUT=${UNIHOST_GUEST_OUT:-$HERE/out}
 INIT_SRC=$HERE/init
-APPS=(exit panic echo burn http fetch)
+APPS=(exit panic echo burn http fetch httpbench ddbench)
 FORCE=0
 [ "${1:-}" = --force ] && FORCE=1
 
@@ -222,6 +222,8 @@ for app in "${APPS[@]}"; do
 	burn) args=(); desc="burns CPU for N seconds (first arg), forever without one" ;;
 	http) args=(); desc="busybox httpd serving a fixed page on port 8080 until stopped" ;;
 	fetch) args=(); desc="fetches its URL args with wget every FETCH_INTERVAL s, prints ok/failed per attempt" ;;
+	httpbench) args=(); desc="times sequential and parallel wget requests to its URL args and to loopback (bench/network)" ;;
+	ddbench) args=(); desc="times dd writes with conv=fsync to directories, default /data (bench/network)" ;;
 	esac
 	ports='[]'; [ $app = http ] && ports='[8080]'
 	isha=$(sha256sum "$OUT/$app.initrd" | cut -d' ' -f1)
