@@ -2,33 +2,14 @@
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startHarness, type Harness, type Reply } from '../helpers/harness.js';
+import { startHarness, type Harness } from '../helpers/harness.js';
 import { simMachines } from '../helpers/sim-machines.js';
+import { replyAsserts } from '../helpers/replies.js';
 
 let h: Harness;
 let alice: string;
 
-function ok(r: Reply, plural = 'service_groups'): any[] {
-  assert.equal(r.status, 200, r.text);
-  assert.equal(r.body.status, 'success', r.text);
-  return r.body.data[plural];
-}
-
-function entryError(r: Reply, code: number, re?: RegExp, plural = 'service_groups'): any {
-  assert.equal(r.status, 200, r.text);
-  assert.equal(r.body.status, 'error', r.text);
-  const e = r.body.data[plural][0];
-  assert.equal(e.status, 'error', r.text);
-  assert.equal(e.error, code, r.text);
-  if (re) assert.match(e.message, re);
-  return e;
-}
-
-function bad(r: Reply, re: RegExp): void {
-  assert.equal(r.status, 400, r.text);
-  assert.equal(r.body.status, 'error', r.text);
-  assert.match(r.body.message, re);
-}
+const { ok, entryError, bad } = replyAsserts('service_groups');
 
 const SVC = [{ port: 443, handlers: ['http', 'tls'] }];
 let seq = 0;

@@ -1,39 +1,19 @@
-/* eslint-disable @typescript-eslint/no-explicit-any -- API replies are JSON; the assertions check their shape. */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness, type Reply } from '../helpers/harness.js';
 import { simMachines } from '../helpers/sim-machines.js';
+import { replyAsserts } from '../helpers/replies.js';
 
 let h: Harness;
 let alice: string;
 let bob: string;
 let metro: string;
 
+const { ok, entryError, bad } = replyAsserts('service_groups');
+
 /** The entries of a 200 answer whose entries all succeeded. */
-function ok(r: Reply, plural = 'service_groups'): any[] {
-  assert.equal(r.status, 200, r.text);
-  assert.equal(r.body.status, 'success', r.text);
-  return r.body.data[plural];
-}
-
 /** The single failed entry of a 200 answer. */
-function entryError(r: Reply, code: number, re?: RegExp, plural = 'service_groups'): any {
-  assert.equal(r.status, 200, r.text);
-  assert.equal(r.body.status, 'error', r.text);
-  const e = r.body.data[plural][0];
-  assert.equal(e.status, 'error', r.text);
-  assert.equal(e.error, code, r.text);
-  if (re) assert.match(e.message, re);
-  return e;
-}
-
 /** A whole-request 400 whose message matches `re`. */
-function bad(r: Reply, re: RegExp): void {
-  assert.equal(r.status, 400, r.text);
-  assert.equal(r.body.status, 'error', r.text);
-  assert.match(r.body.message, re);
-}
-
 const create = (token: string, body: unknown) => h.call('POST', '/v1/services', token, body);
 const get = (token: string, body: unknown) => h.call('GET', '/v1/services', token, body);
 const list = (token: string, body?: unknown) => h.call('GET', '/v1/services/list', token, body);

@@ -4,31 +4,12 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startHarness, type Harness, type Reply } from '../helpers/harness.js';
 import { simMachines } from '../helpers/sim-machines.js';
+import { replyAsserts } from '../helpers/replies.js';
 
 let h: Harness;
 let alice: string;
 
-function ok(r: Reply, plural = 'volumes'): any[] {
-  assert.equal(r.status, 200, r.text);
-  assert.equal(r.body.status, 'success', r.text);
-  return r.body.data[plural];
-}
-
-function entryError(r: Reply, code: number, re?: RegExp, plural = 'volumes'): any {
-  assert.equal(r.status, 200, r.text);
-  assert.equal(r.body.status, 'error', r.text);
-  const e = r.body.data[plural][0];
-  assert.equal(e.status, 'error', r.text);
-  assert.equal(e.error, code, r.text);
-  if (re) assert.match(e.message, re);
-  return e;
-}
-
-function bad(r: Reply, re: RegExp): void {
-  assert.equal(r.status, 400, r.text);
-  assert.equal(r.body.status, 'error', r.text);
-  assert.match(r.body.message, re);
-}
+const { ok, entryError, bad } = replyAsserts('volumes');
 
 const getVol = async (token: string, uuid: string) => ok(await h.call('GET', '/v1/volumes', token, { uuid }))[0];
 
