@@ -111,6 +111,53 @@ function expandIds(entries: Entry<Record<string, unknown>>[]): Entry<Record<stri
   });
 }
 
+/** Route parameters other than `uuid` (e.g. a policy name); most routes have none. */
+function pathParamsOf(params: Record<string, string>): Record<string, string> {
+  let out: Record<string, string> | undefined;
+  for (const k in params) if (k !== 'uuid') (out ??= {})[k] = params[k]!;
+  return out ?? NO_PARAMS;
+}
+const NO_PARAMS: Record<string, string> = Object.freeze({}) as Record<string, string>;
+
+/** The per-request context handlers get; methods on the prototype, so a request allocates one small object. */
+class RequestCtx implements Ctx {
+  readonly user: UserRec;
+  readonly log: Logger;
+  private ac: AbortController | undefined;
+
+  constructor(
+    private readonly req: FastifyRequest,
+    private readonly reply: FastifyReply,
+    readonly services: Services,
+  ) {
+    this.user = req.user!;
+    this.log = req.log;
+  }
+
+  /** Created on first use: only blocking endpoints (wait, start, create) need it. */
+  get signal(): AbortSignal {
+    if (!this.ac) {
+      const a = (this.ac = new AbortController());
+      this.req.raw.once('close', () => {
+        if (!this.reply.sent) a.abort();
+      });
+    }
+    return this.ac.signal;
+  }
+
+  each(es: Entry<unknown>[], fn: (e: Entry<unknown>) => Promise<Result>, concurrent?: boolean): Promise<Result[]> {
+    return each(this.log, es, fn, concurrent);
+  }
+
+  entryError(e: Entry<unknown>, x: unknown): Result {
+    return entryError(e, x, this.log);
+  }
+
+  expandIds(entries: Entry<Record<string, unknown>>[]): Entry<Record<string, unknown>>[] {
+    return expandIds(entries);
+  }
+}
+
 async function runEntries(
   c: Compiled,
   ctx: Ctx,
@@ -188,28 +235,17 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
   for (const def of ENDPOINTS) {
     const c = compile(def as EndpointDef);
     const handler = async (req: FastifyRequest, reply: FastifyReply) => {
-      const { uuid: pathUuid, ...pathParams } = req.params as Record<string, string>;
+      const params = req.params as Record<string, string>;
+      const pathUuid = params.uuid;
       if (pathUuid !== undefined && !UUID_RE.test(pathUuid) && isOtherRoute(req)) return noEndpoint(req, reply);
-      const parsed = parseRequest(c, req.body, req.query as Record<string, string | string[]>, pathUuid, pathParams);
-      let ac: AbortController | undefined;
-      const ctx: Ctx = {
-        user: req.user!,
-        services,
-        log: req.log,
-        // Created on first use: only blocking endpoints (wait, start, create) need it.
-        get signal() {
-          if (!ac) {
-            const a = (ac = new AbortController());
-            req.raw.once('close', () => {
-              if (!reply.sent) a.abort();
-            });
-          }
-          return ac.signal;
-        },
-        each: (es, fn, concurrent) => each(req.log, es, fn, concurrent),
-        entryError: (e, x) => entryError(e, x, req.log),
-        expandIds,
-      };
+      const parsed = parseRequest(
+        c,
+        req.body,
+        req.query as Record<string, string | string[]>,
+        pathUuid,
+        pathParamsOf(params),
+      );
+      const ctx = new RequestCtx(req, reply, services);
       const results = await runEntries(c, ctx, parsed.entries, parsed.query);
       if (results instanceof RawArray) {
         // Large lists come from the store as JSON text: splice it in instead of re-serializing.
