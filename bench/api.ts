@@ -66,8 +66,10 @@ async function main(): Promise<void> {
   );
   const apiOne = await load(oneUrl, auth);
   const apiList = await load(listUrl, auth);
+  // The server removes its temp data dir and exits when the IPC channel closes.
+  const apiExit = new Promise((r) => api.child.once('exit', r));
   api.child.disconnect();
-  api.child.kill();
+  await apiExit;
 
   const bare = await spawnServer('bare.mjs', [], { one, list });
   const bareOne = await load(`${bare.ready.url}/one`, {});
