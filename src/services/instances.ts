@@ -267,16 +267,9 @@ export class InstanceService {
    * failed or it ended, and no restart is due): waiting longer cannot help.
    */
   waitBooted(id: string, timeoutMs: number, signal?: AbortSignal) {
-    return waitForChange(
-      this.store,
-      'instance',
+    return this.waitUntil(
       id,
-      async () => {
-        const rec = await this.store.read((tx) => tx.instances.getAny(id));
-        if (!rec) return { state: undefined as InstanceState | undefined };
-        const settled = rec.state === 'running' || (rec.state === 'stopped' && rec.desired === 'stopped');
-        return settled ? { state: rec.state as InstanceState | undefined } : undefined;
-      },
+      (rec) => rec.state === 'running' || (rec.state === 'stopped' && rec.desired === 'stopped'),
       timeoutMs,
       signal,
     );
@@ -284,6 +277,11 @@ export class InstanceService {
 
   /** Resolves when the instance is in one of `states`; undefined on timeout, abort or deletion. */
   waitState(id: string, states: InstanceState[], timeoutMs: number, signal?: AbortSignal) {
+    return this.waitUntil(id, (rec) => states.includes(rec.state), timeoutMs, signal);
+  }
+
+  /** Re-checks `done` after each change of the instance; `{state: undefined}` when it was deleted. */
+  private waitUntil(id: string, done: (rec: InstanceRec) => boolean, timeoutMs: number, signal?: AbortSignal) {
     return waitForChange(
       this.store,
       'instance',
@@ -291,7 +289,7 @@ export class InstanceService {
       async () => {
         const rec = await this.store.read((tx) => tx.instances.getAny(id));
         if (!rec) return { state: undefined as InstanceState | undefined };
-        return states.includes(rec.state) ? { state: rec.state as InstanceState | undefined } : undefined;
+        return done(rec) ? { state: rec.state as InstanceState | undefined } : undefined;
       },
       timeoutMs,
       signal,
