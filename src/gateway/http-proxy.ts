@@ -43,6 +43,11 @@ function connectionTokens(v: string | string[] | undefined): Set<string> | undef
   return new Set(s.split(',').map((t) => t.trim().toLowerCase()));
 }
 
+/** The request's host: `Host`, or HTTP/2's `:authority`. */
+export function requestHost(req: IncomingMessage): string | undefined {
+  return req.headers.host ?? (req.headers[':authority'] as string | undefined);
+}
+
 /** The request's end-to-end headers as a flat [name, value, ...] list, with X-Forwarded-* set by us. */
 export function forwardHeaders(req: IncomingMessage, keep: ReadonlySet<string> = new Set()): string[] {
   const raw = req.rawHeaders;
@@ -50,12 +55,15 @@ export function forwardHeaders(req: IncomingMessage, keep: ReadonlySet<string> =
   const out: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
     const k = raw[i]!.toLowerCase();
+    if (k.startsWith(':')) continue; // HTTP/2 pseudo-headers: the backend speaks HTTP/1.1
     if ((REQUEST_DROP.has(k) || extra?.has(k)) && !keep.has(k)) continue;
     out.push(raw[i]!, raw[i + 1]!);
   }
+  const host = requestHost(req);
+  if (req.headers.host === undefined && host !== undefined) out.push('host', host);
   const encrypted = (req.socket as { encrypted?: boolean }).encrypted === true;
   out.push('x-forwarded-for', clientIp(req.socket), 'x-forwarded-proto', encrypted ? 'https' : 'http');
-  if (req.headers.host !== undefined) out.push('x-forwarded-host', req.headers.host);
+  if (host !== undefined) out.push('x-forwarded-host', host);
   return out;
 }
 
@@ -87,6 +95,9 @@ export function sendText(res: ServerResponse, status: number, text: string, head
 }
 
 function hasBody(req: IncomingMessage): boolean {
+  // HTTP/2 has no Transfer-Encoding: a body follows unless the headers ended the stream.
+  const stream = (req as { stream?: { endAfterHeaders?: boolean } }).stream;
+  if (req.httpVersionMajor === 2 && stream) return stream.endAfterHeaders === false;
   const len = req.headers['content-length'];
   return req.headers['transfer-encoding'] !== undefined || (len !== undefined && len !== '0');
 }
@@ -169,7 +180,8 @@ function exchange(
     onResponseStart(c, status, headers, message) {
       if (status < 200) return; // 1xx other than 101: the client got its own 100 Continue from node:http
       started = true;
-      res.writeHead(status, message, responseHeaders(headers));
+      if (req.httpVersionMajor === 2) res.writeHead(status, responseHeaders(headers));
+      else res.writeHead(status, message, responseHeaders(headers));
     },
     onResponseData(c, chunk) {
       if (!res.write(chunk)) {

@@ -1,4 +1,5 @@
 import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import http2 from 'node:http2';
 import net from 'node:net';
 import tls from 'node:tls';
 import {
@@ -9,7 +10,7 @@ import {
   tlsAlert,
 } from './client-hello.js';
 import type { Ctx } from './context.js';
-import { clientIp, proxyHttp, redirectHttps, sendText, tunnelUpgrade } from './http-proxy.js';
+import { clientIp, proxyHttp, redirectHttps, requestHost, sendText, tunnelUpgrade } from './http-proxy.js';
 import { LogLimiter } from './log-limit.js';
 import { proxyTcp } from './tcp-proxy.js';
 import { TLS_BASE, type TlsContexts } from './tls-contexts.js';
@@ -33,6 +34,7 @@ export class Listener {
   private tlsMode = false;
   private readonly server: net.Server;
   private readonly http: http.Server;
+  private readonly h2: http2.Http2Server;
   private readonly tlsHttp: tls.Server;
   private readonly tlsTcp: tls.Server;
   private readonly sockets = new Set<net.Socket>();
@@ -72,10 +74,17 @@ export class Listener {
       handshakeTimeout: l.handshakeTimeoutMs,
       SNICallback: (name, cb) => cb(null, contexts.forName(normalizeHost(name) ?? '')),
     };
-    // h2 is not offered: the proxy speaks HTTP/1.1 to clients (docs/gateway.md).
+    // HTTP/2 to clients where they offer it (requests are proxied to the backend as HTTP/1.1).
+    this.h2 = http2.createServer({ maxSessionMemory: 16, settings: { maxConcurrentStreams: 128 } });
+    this.h2.setTimeout(l.idleTimeoutMs);
+    this.h2.on('request', (req, res) =>
+      this.onRequest(req as unknown as IncomingMessage, res as unknown as ServerResponse),
+    );
+    this.h2.on('sessionError', (e) => this.noisy.info('h2', { port, err: e.message }, 'gateway: HTTP/2 session error'));
     this.tlsHttp = tls.createServer({
       ...tlsOpts,
-      ALPNCallback: ({ protocols }) => (protocols.includes('http/1.1') ? 'http/1.1' : undefined),
+      ALPNCallback: ({ protocols }) =>
+        protocols.includes('h2') ? 'h2' : protocols.includes('http/1.1') ? 'http/1.1' : undefined,
     });
     this.tlsTcp = tls.createServer({ ...tlsOpts, allowHalfOpen: true });
     for (const t of [this.tlsHttp, this.tlsTcp]) {
@@ -204,14 +213,14 @@ export class Listener {
     (s as Tagged)._uhSni = name;
     (s as Tagged)._uhGroup = route.groupId;
     s.once('close', this.ctx.stats.clientConnection(route.groupId));
-    if (isHttp) this.http.emit('connection', s);
+    if (isHttp) (s.alpnProtocol === 'h2' ? this.h2 : this.http).emit('connection', s);
     else void proxyTcp(this.ctx, route, s);
   }
 
   /** Finds the route of a request: the SNI's on TLS (Host must agree), the Host's on plain HTTP. */
   private resolve(req: IncomingMessage): Resolved {
     const s = req.socket as Tagged;
-    const host = normalizeHost(req.headers.host);
+    const host = normalizeHost(requestHost(req));
     const name = s._uhSni ?? host;
     if (s._uhSni !== undefined && host !== undefined && host !== s._uhSni) {
       return { status: 421, text: `unihost: this connection is for ${s._uhSni}, not ${host}.` };

@@ -1,3 +1,5 @@
+import tls from 'node:tls';
+import http2 from 'node:http2';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
@@ -9,6 +11,7 @@ import {
   request,
   route,
   startGateway,
+  testCa,
   tlsConnect,
   until,
   type TestBackend,
@@ -54,10 +57,10 @@ describe('gateway: TLS termination, SNI routing, TCP mode', () => {
       const s = await tlsConnect(p443, A, {
         minVersion: version,
         maxVersion: version,
-        ALPNProtocols: ['h2', 'http/1.1'],
+        ALPNProtocols: ['http/1.1'],
       });
       assert.equal(s.getProtocol(), version);
-      assert.equal(s.alpnProtocol, 'http/1.1'); // h2 is not offered
+      assert.equal(s.alpnProtocol, 'http/1.1');
       assert.equal(s.authorized, true);
       s.write(`GET /v HTTP/1.1\r\nHost: ${A}\r\nConnection: close\r\n\r\n`);
       const text = await readUntil(s, () => false);
@@ -66,6 +69,36 @@ describe('gateway: TLS termination, SNI routing, TCP mode', () => {
       assert.match(text, /"x-forwarded-proto":"https"/);
     });
   }
+
+  test('HTTP/2 clients get h2 by ALPN; requests and bodies reach the backend as HTTP/1.1', async () => {
+    const ca = (await testCa()).caCert;
+    const session = http2.connect(`https://127.0.0.1:${p443}`, { ca, servername: A });
+    try {
+      const call = (headers: http2.OutgoingHttpHeaders, body?: string) =>
+        new Promise<{ status: number; json: Record<string, unknown> }>((resolve, reject) => {
+          const st = session.request({ ':authority': A, ...headers });
+          let status = 0;
+          const got: Buffer[] = [];
+          st.on('response', (h) => (status = Number(h[':status'])));
+          st.on('data', (d: Buffer) => got.push(d));
+          st.on('end', () => resolve({ status, json: JSON.parse(Buffer.concat(got).toString()) }));
+          st.on('error', reject);
+          st.end(body);
+        });
+      const g = await call({ ':path': '/h2?x=1' });
+      assert.equal(g.status, 200);
+      assert.equal((session.socket as tls.TLSSocket).alpnProtocol, 'h2');
+      assert.match(String(g.json.b), /^A[ab]$/);
+      assert.match(JSON.stringify(g.json), /"x-forwarded-proto":"https"/);
+      assert.match(JSON.stringify(g.json), new RegExp(`"x-forwarded-host":"${A.replaceAll('.', '\\.')}"`));
+      const p = await call({ ':method': 'POST', ':path': '/post', 'content-type': 'text/plain' }, 'hello over h2');
+      assert.equal(p.status, 200);
+      assert.equal(p.json.method, 'POST');
+      assert.equal(p.json.body, 'hello over h2');
+    } finally {
+      session.close();
+    }
+  });
 
   test('two groups on 443 are told apart by SNI; Host must agree with SNI (421)', async () => {
     const rb = await request(p443, B, '/', { tls: true });
