@@ -484,7 +484,8 @@ describe('restart policy', () => {
     assert.equal(r.restart_count, 3);
   });
 
-  test('a manual start aborts the back-off and boots at once', async () => {
+  /** An `always` instance that exited twice: its second restart waits for a back-off delay. */
+  async function inBackoff() {
     const w = await world();
     const id = await running(w, { restart_policy: 'always' });
     w.d.exit(id, exitLines(0));
@@ -493,6 +494,11 @@ describe('restart policy', () => {
     await settle(w);
     w.d.exit(id, exitLines(0));
     await settle(w);
+    return { w, id };
+  }
+
+  test('a manual start aborts the back-off and boots at once', async () => {
+    const { w, id } = await inBackoff();
     assert.ok((await rec(w, id)).restart_next_at);
     const boots = w.d.specs.length;
     await w.s.instances.start(w.user, { uuid: id }, 0);
@@ -505,14 +511,7 @@ describe('restart policy', () => {
   });
 
   test('a manual stop aborts the back-off: no restart later', async () => {
-    const w = await world();
-    const id = await running(w, { restart_policy: 'always' });
-    w.d.exit(id, exitLines(0));
-    await settle(w);
-    w.d.ready(id);
-    await settle(w);
-    w.d.exit(id, exitLines(0));
-    await settle(w);
+    const { w, id } = await inBackoff();
     const boots = w.d.specs.length;
     await w.s.instances.stop(w.user, { uuid: id }, {});
     await advance(w, 600_000);
