@@ -320,7 +320,9 @@ export class MachineController implements Controller {
   private async readyPorts(inst: InstanceRec, imagePorts: number[]): Promise<number[]> {
     if (!inst.service_group_id) return imagePorts;
     const g = await this.s.store.read((tx) => tx.groups.getAnyUser(inst.service_group_id!));
-    const ports = new Set((g?.services ?? []).map((sv) => sv.destination_port ?? sv.port));
+    // a `redirect` service answers at the gateway and never reaches the instance
+    const forwarded = (g?.services ?? []).filter((sv) => !sv.handlers.includes('redirect'));
+    const ports = new Set(forwarded.map((sv) => sv.destination_port));
     return ports.size > 0 ? [...ports].sort((a, b) => a - b) : imagePorts;
   }
 
