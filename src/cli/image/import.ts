@@ -1,7 +1,6 @@
 import type { Command } from 'commander';
 import { err } from '../../errors.js';
 import { MACHINES, type Machine } from '../../images/kernel-type.js';
-import { splitArgs } from '../../services/instances-create.js';
 import type { ImportResult } from '../../services/images.js';
 import { withServices } from '../admin/users.js';
 
@@ -87,6 +86,7 @@ export function registerImageImport(image: Command): void {
     .option('--oci <path>', "OCI image layout directory or tarball (kraftkit's unikernel layout)")
     .action(async (ref: string, o: ImportOpts) => {
       checkMode(o);
+      const { splitArgs } = await import('../../services/instances-create.js');
       await withServices(image.opts(), async (s) => {
         const r =
           o.oci !== undefined
