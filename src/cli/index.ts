@@ -1,8 +1,14 @@
 import { Command } from 'commander';
 import { registerAdmin } from './admin/users.js';
+import { registerCert } from './cert/index.js';
+import { registerCompletion } from './completion.js';
 import { registerImage } from './image/index.js';
 import { registerInstance } from './instance/index.js';
+import { registerQuota } from './quota/index.js';
+import { registerScale } from './scale/index.js';
 import { registerServe } from './serve.js';
+import { registerService } from './service/index.js';
+import { registerVolume } from './volume/index.js';
 import { describeError } from './shared/exit.js';
 
 export function buildCli(): Command {
@@ -17,6 +23,12 @@ export function buildCli(): Command {
   registerAdmin(program);
   registerImage(program);
   registerInstance(program);
+  registerService(program);
+  registerVolume(program);
+  registerScale(program);
+  registerCert(program);
+  registerQuota(program);
+  registerCompletion(program);
   return program;
 }
 

@@ -91,7 +91,7 @@ export class UnihostClient {
   readonly volumes = {
     create: (p: { name?: string; size_mb: number }) =>
       this.one<T.Summary>('POST', '/v1/volumes', 'volumes', { body: p }),
-    list: () => this.send<T.Volume>('GET', '/v1/volumes', 'volumes'),
+    list: () => this.send<T.Summary>('GET', '/v1/volumes/list', 'volumes'),
     get: (refs: T.Ref[]) =>
       this.send<T.Volume>('GET', '/v1/volumes', 'volumes', { query: UnihostClient.targets(refs) }),
     attach: (r: T.Ref, p: T.AttachIn) =>
