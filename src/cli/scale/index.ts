@@ -2,7 +2,8 @@ import type { Command } from 'commander';
 import { addClientOptions } from '../shared/context.js';
 import { registerScaleGet } from './get.js';
 import { registerScaleInit } from './init.js';
-import { registerScaleAddPolicy, registerScaleRemovePolicy } from './policy.js';
+import { registerScaleAddPolicy } from './add-policy.js';
+import { registerScaleRemovePolicy } from './remove-policy.js';
 import { registerScaleReset } from './reset.js';
 
 /** `unihost scale ...`: autoscale of service groups. */

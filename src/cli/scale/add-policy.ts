@@ -5,7 +5,7 @@ import { UsageError } from '../shared/exit.js';
 import { collect } from '../shared/parse.js';
 
 /** Policy endpoints exist in local scope only: they need the group's UUID. */
-async function groupUuid(client: UnihostClient, group: string): Promise<string> {
+export async function groupUuid(client: UnihostClient, group: string): Promise<string> {
   const r = ref(group);
   if (r.uuid !== undefined) return r.uuid;
   return (await client.services.get([r]))[0]!.uuid;
@@ -53,18 +53,4 @@ export function registerScaleAddPolicy(scale: Command): void {
       },
     );
   examples(cmd, ['unihost scale add-policy web cpu-steps --step :200=-1 --step 200:800=0 --step 800:=2']);
-}
-
-export function registerScaleRemovePolicy(scale: Command): void {
-  const cmd = scale
-    .command('remove-policy')
-    .description('remove a policy from a service group')
-    .argument('<service>', 'service group name or UUID')
-    .argument('<policy>', 'policy name')
-    .action(async (group: string, name: string, _o: unknown, c: Command) => {
-      const ctx = ctxOf(c);
-      const r = await ctx.client.autoscale.deletePolicy(await groupUuid(ctx.client, group), name);
-      ctx.print(r, () => `policy ${r.name} removed from ${group}`);
-    });
-  examples(cmd, ['unihost scale remove-policy web cpu-steps']);
 }
