@@ -1,7 +1,5 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config.js';
-import { startDaemon } from '../daemon.js';
-import { defaultControllers } from '../controllers.js';
 
 /** `unihost serve`: runs the daemon in the foreground until SIGINT/SIGTERM. */
 export function registerServe(program: Command): void {
@@ -18,6 +16,9 @@ export function registerServe(program: Command): void {
     .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)')
     .action(async (o: { listen?: string; dataDir?: string; metro?: string; metroDomain?: string; config?: string }) => {
       const config = loadConfig(o);
+      // loaded here, not at the top: client commands start faster without the daemon's modules
+      const { startDaemon } = await import('../daemon.js');
+      const { defaultControllers } = await import('../controllers.js');
       const d = await startDaemon(config, { controllers: defaultControllers });
       let closing = false;
       const shutdown = (sig: string) => {

@@ -1,7 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig, type Config } from '../../config.js';
-import { createServices, pathsFor } from '../../services/index.js';
-import { SqliteStore } from '../../store/sqlite/index.js';
+import type { createServices } from '../../services/index.js';
 import type { Hard, Limits } from '../../store/types.js';
 
 interface GlobalOpts {
@@ -15,6 +14,9 @@ export async function withServices<T>(
   fn: (s: ReturnType<typeof createServices>, c: Config) => Promise<T>,
 ): Promise<T> {
   const config = loadConfig({ dataDir: o.dataDir, config: o.config });
+  // loaded here, not at the top: client commands start faster without the store's modules
+  const { createServices, pathsFor } = await import('../../services/index.js');
+  const { SqliteStore } = await import('../../store/sqlite/index.js');
   const store = new SqliteStore(pathsFor(config.dataDir).db);
   try {
     return await fn(createServices(config, store), config);

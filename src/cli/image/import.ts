@@ -11,7 +11,6 @@ import {
 } from '../../images/kernel-type.js';
 import { probeAccel } from '../../machines/qemu/accel.js';
 import { chooseBoot } from '../../machines/qemu/choose.js';
-import { splitArgs } from '../../services/instances-create.js';
 import type { ImportResult } from '../../services/images.js';
 import { withServices } from '../admin/users.js';
 
@@ -167,6 +166,7 @@ export function registerImageImport(image: Command): void {
     .option('--oci <path>', "OCI image layout directory or tarball (kraftkit's unikernel layout)")
     .action(async (ref: string, o: ImportOpts) => {
       checkMode(o);
+      const { splitArgs } = await import('../../services/instances-create.js');
       await withServices(image.opts(), async (s, c) => {
         const r =
           o.oci !== undefined
