@@ -125,7 +125,8 @@ export function printImport(r: ImportResult, log: (s: string) => void = console.
   log(`imported ${r.ref}`);
   log(`  digest       ${r.digest}`);
   log(`  size         ${r.size_in_bytes} bytes (kernel${b.initrd ? ' + initrd' : ''})`);
-  log(`  machine      ${b.machine}${b.machine === 'pc' ? ` (${b.firmware})` : ''}, ${b.contract} contract`);
+  log(`  machine      ${b.machine}${b.machine === 'pc' ? ` (${b.firmware})` : ''}`);
+  log(`  contract     ${b.contract === 'unikraft' ? 'unikraft (console + exit port)' : 'unihost (control channel)'}`);
   log(`  shutdown     ${b.shutdown === 'acpi' ? 'ACPI power button' : 'not honoured: a stop ends the VM at once'}`);
   if (b.ports.length > 0) log(`  ports        ${b.ports.join(', ')} (running once they accept connections)`);
   if (b.kernelArgs) log(`  kernel args  ${b.kernelArgs}`);
