@@ -6,6 +6,7 @@ import type { UserRec } from '../store/types.js';
 import { RawArray, type Ctx, type EndpointDef, type Entry, type Result } from './endpoint.js';
 import { compile, parseRequest, UUID_RE, type Compiled } from './request.js';
 import { ENDPOINTS } from './routes/index.js';
+import { listOrGet } from './list.js';
 import { buildOpenApi } from './openapi.js';
 
 declare module 'fastify' {
@@ -165,6 +166,7 @@ async function runEntries(
   q: Record<string, unknown>,
 ) {
   const def = c.def as EndpointDef;
+  if (def.list) return listOrGet(def, ctx, entries, q);
   if (def.handleAll) return def.handleAll(ctx, entries, q);
   return each(ctx.log, entries, (e) => def.handle!(ctx, e, q), def.concurrent);
 }
@@ -231,13 +233,16 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
   // `GET /v1/instances/start` matches `/v1/instances/:uuid`; it is a wrong method on an existing path, not a bad UUID.
   const staticPaths = new Set(ENDPOINTS.map((d) => d.path).filter((p) => !p.includes(':')));
   const isOtherRoute = (req: FastifyRequest): boolean => staticPaths.has(req.url.split('?')[0]!.replace(/\/+$/, ''));
+  // A plain word where a UUID goes (`/v1/instances/history`) is a path this API lacks, not a mistyped UUID.
+  const isWord = (segment: string): boolean => /^[a-z_]+$/i.test(segment);
 
   for (const def of ENDPOINTS) {
     const c = compile(def as EndpointDef);
     const handler = async (req: FastifyRequest, reply: FastifyReply) => {
       const params = req.params as Record<string, string>;
       const pathUuid = params.uuid;
-      if (pathUuid !== undefined && !UUID_RE.test(pathUuid) && isOtherRoute(req)) return noEndpoint(req, reply);
+      if (pathUuid !== undefined && !UUID_RE.test(pathUuid) && (isOtherRoute(req) || isWord(pathUuid)))
+        return noEndpoint(req, reply);
       const parsed = parseRequest(
         c,
         req.body,
