@@ -4,6 +4,7 @@ import { Bool, Int, Name, Opt, Ref, Str, TimeoutMs, TimeoutS, Uuid } from '../sc
 import { GroupServiceEntry, DomainIn } from './services.js';
 import { checkCreate, FEATURES, RESTART_POLICIES, type CreateParams } from '../../services/instances-create.js';
 import { err } from '../../errors.js';
+import { instanceMetrics } from '../../services/instance-metrics.js';
 import type { InstanceState } from '../../store/types.js';
 
 const P = 'instances';
@@ -215,6 +216,34 @@ export const instanceEndpoints = [
         true,
       ),
     response: Summary,
+  }),
+  endpoint({
+    method: 'GET',
+    path: '/v1/instances/metrics',
+    localPath: '/v1/instances/:uuid/metrics',
+    plural: P,
+    summary: 'CPU, memory, network and boot figures of instances (those the platform measures).',
+    target: 'required',
+    batch: true,
+    params: Type.Object({}),
+    handle: async (ctx, e) => instanceMetrics(ctx.services, ctx.user, e.target!),
+    response: Type.Object(
+      {
+        status: Str(),
+        uuid: Uuid(),
+        name: Str(),
+        rss_bytes: Int('Resident memory of the VM process; 0 when not running.'),
+        cpu_time_ms: Int('CPU time of the VM process since it started; 0 when not running.'),
+        boot_time_us: Int('Boot time of the last boot (0 before the first).'),
+        net_time_us: Int('Time to network readiness of the last boot (0 before the first).'),
+        rx_bytes: Opt(Int('Bytes the guest received (its tap), when it has one.')),
+        rx_packets: Opt(Int()),
+        tx_bytes: Opt(Int('Bytes the guest sent.')),
+        tx_packets: Opt(Int()),
+        nconns: Opt(Int('Open connections through the gateway, when it runs.')),
+      },
+      { additionalProperties: true },
+    ),
   }),
   endpoint({
     method: 'GET',
