@@ -9,6 +9,7 @@ import { ENDPOINTS } from './routes/index.js';
 import { listOrGet } from './list.js';
 import { buildOpenApi } from './openapi.js';
 import { requestId, serveMetrics } from './observe.js';
+import { serveEvents } from './events.js';
 import type { DaemonMetrics } from '../metrics.js';
 
 declare module 'fastify' {
@@ -228,6 +229,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
   });
 
   if (opts.metrics) serveMetrics(app, opts.metrics);
+  serveEvents(app, services);
 
   app.setErrorHandler((e: Error & { code?: string; statusCode?: number }, req, reply) => {
     if (isUnihostError(e)) return sendError(req, reply, e);
