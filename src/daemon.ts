@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
+import { DaemonMetrics } from './metrics.js';
 import type { Config } from './config.js';
 import { createServices, pathsFor, type Clock, type Services } from './services/index.js';
 import { SqliteStore } from './store/sqlite/index.js';
@@ -47,7 +48,9 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   const controllers = (await opts.controllers?.(services, logger)) ?? [];
   for (const c of controllers) await c.start();
   services.controllers = controllers;
-  const api = buildApi({ services, logger, bodyLimit: config.bodyLimit });
+  const metrics = new DaemonMetrics(store);
+  await metrics.start();
+  const api = buildApi({ services, logger, bodyLimit: config.bodyLimit, metrics });
   const { host, port } = splitListen(config.listen);
   await api.listen({ host, port });
   const addr = api.server.address();
@@ -63,6 +66,7 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
     url,
     async close() {
       await api.close();
+      metrics.stop();
       for (const c of [...controllers].reverse()) await c.stop();
       await store.close();
     },

@@ -30,6 +30,8 @@ export interface Entry<P> {
   local: boolean;
   /** the UUID in the path, in local scope */
   pathUuid?: string;
+  /** true when the entry is one object of a target-less list (`list`), not a get by uuid/name */
+  listed?: boolean;
 }
 
 /** A successful list already serialized as a JSON array (entries without `status`). */
@@ -71,6 +73,13 @@ export interface EndpointDef<P extends TObject = TObject> {
   /** run entries concurrently (wait) instead of one after another */
   concurrent?: boolean;
   handle?: (ctx: Ctx, entry: Entry<Static<P>>, query: Record<string, unknown>) => Promise<Result>;
+  /**
+   * Every object of the category, in creation order. When set, a GET without
+   * target lists (newer clients): the framework adds the `count`, `from` and
+   * `details` query parameters, pages, and runs `handle` on each object of
+   * the page (with `listed` set).
+   */
+  list?: (ctx: Ctx) => Promise<{ uuid: string }[]>;
   /** handles all entries at once and returns the `data` array (lists, wait) */
   handleAll?: (ctx: Ctx, entries: Entry<Static<P>>[], query: Record<string, unknown>) => Promise<Result[] | RawArray>;
   /** response entry schema, for the OpenAPI document */

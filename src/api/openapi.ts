@@ -22,7 +22,7 @@ export function buildOpenApi(endpoints: EndpointDef[]): Record<string, unknown> 
     const c = compile(def);
     const entry = strip(c.entrySchema);
     const body = def.batch ? { oneOf: [entry, { type: 'array', items: entry }] } : entry;
-    const queryParams = Object.entries(def.query?.properties ?? {}).map(([name, s]) => ({
+    const queryParams = Object.entries(c.query?.properties ?? {}).map(([name, s]) => ({
       name,
       in: 'query',
       required: false,

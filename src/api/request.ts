@@ -2,7 +2,7 @@ import { FormatRegistry, Kind, Type, type TObject, type TSchema } from '@sinclai
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import { checkName, POLICY_NAME_MAX } from '../domain/names.js';
 import { err, isUnihostError } from '../errors.js';
-import { NAME_FORMAT, POLICY_NAME_FORMAT, Name, Uuid, Opt } from './schemas/common.js';
+import { NAME_FORMAT, POLICY_NAME_FORMAT, Bool, Int, Name, Uuid, Opt } from './schemas/common.js';
 import type { EndpointDef, Entry, Target } from './endpoint.js';
 
 export const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -16,6 +16,20 @@ export interface Compiled {
   entrySchema: TObject;
   check: TypeCheck<TObject>;
   queryProps: Record<string, TSchema>;
+  /** query-only parameters: the endpoint's own, plus the list parameters of listing endpoints */
+  query: TObject | undefined;
+}
+
+/** Query parameters of a target-less GET that lists (`EndpointDef.list`); `details` also applies to gets. */
+const LIST_QUERY = {
+  details: Opt(Bool('Default true; false returns a summary (uuid, name and, where there is one, state).')),
+  count: Opt(Int('List mode (no uuid/name): page size.', { minimum: 1 })),
+  from: Opt(Uuid('List mode: continue after this object.')),
+};
+
+function queryOf(def: EndpointDef): TObject | undefined {
+  if (!def.list) return def.query;
+  return Type.Object({ ...LIST_QUERY, ...def.query?.properties }, { additionalProperties: false });
 }
 
 export function compile(def: EndpointDef): Compiled {
@@ -25,10 +39,11 @@ export function compile(def: EndpointDef): Compiled {
     props.name = Opt(Name('Name of the target object (global scope only).'));
   }
   const entrySchema = Type.Object(props, { additionalProperties: false });
-  const queryProps: Record<string, TSchema> = { ...(def.query?.properties ?? {}) };
+  const query = queryOf(def);
+  const queryProps: Record<string, TSchema> = { ...(query?.properties ?? {}) };
   // GET requests cannot carry a body from every client: each body parameter may come in the query too.
   if (def.method === 'GET') Object.assign(queryProps, props);
-  return { def, entrySchema, check: TypeCompiler.Compile(entrySchema), queryProps };
+  return { def, entrySchema, check: TypeCompiler.Compile(entrySchema), queryProps, query };
 }
 
 function describe(path: string, schema: TSchema, value: unknown, message: string): string {
@@ -148,10 +163,10 @@ export function parseRequest(
   for (const [k, raw] of Object.entries(rawQuery)) {
     if (def.target === 'required' && (k === 'uuid' || k === 'name')) continue;
     const v = coerce(k, c.queryProps[k], raw);
-    if (def.query?.properties[k]) query[k] = v;
+    if (c.query?.properties[k]) query[k] = v;
     else qParams[k] = v;
   }
-  if (def.query) validateQuery(def.query, query);
+  if (c.query) validateQuery(c.query, query);
 
   if (body !== undefined && body !== null && typeof body !== 'object') {
     throw err('UH_INVALID', 'body: expected a JSON object or an array of objects');
@@ -214,9 +229,9 @@ export function parseRequest(
   return { entries, query, batch: many };
 }
 
-/** Endpoints whose handleAll copes with entries without target (lists, get-all, wait with ids). */
+/** Endpoints that cope with entries without target (lists, get-all, wait with ids). */
 function allowsNoTarget(def: EndpointDef): boolean {
-  return def.handleAll !== undefined;
+  return def.handleAll !== undefined || def.list !== undefined;
 }
 
 function validateQuery(schema: TObject, query: Record<string, unknown>): void {

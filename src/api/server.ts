@@ -6,7 +6,11 @@ import type { UserRec } from '../store/types.js';
 import { RawArray, type Ctx, type EndpointDef, type Entry, type Result } from './endpoint.js';
 import { compile, parseRequest, UUID_RE, type Compiled } from './request.js';
 import { ENDPOINTS } from './routes/index.js';
+import { listOrGet } from './list.js';
 import { buildOpenApi } from './openapi.js';
+import { requestId, serveMetrics } from './observe.js';
+import { serveEvents } from './events.js';
+import type { DaemonMetrics } from '../metrics.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -18,6 +22,8 @@ declare module 'fastify' {
 export interface ApiOptions {
   services: Services;
   logger: Logger;
+  /** Prometheus metrics: request latency is recorded and `GET /metrics` served when given */
+  metrics?: DaemonMetrics;
   /** largest accepted request body in bytes */
   bodyLimit?: number;
 }
@@ -73,7 +79,8 @@ function entryError(entry: Entry<unknown>, e: unknown, log: Logger): Result {
 }
 
 async function each<E extends Entry<unknown>>(
-  log: Logger,
+  // read only when an entry fails: the request's child logger is made on first use
+  owner: { readonly log: Logger },
   entries: E[],
   fn: (e: E) => Promise<Result>,
   concurrent = false,
@@ -82,7 +89,7 @@ async function each<E extends Entry<unknown>>(
     try {
       return { status: 'success', ...(await fn(e)) };
     } catch (x) {
-      return entryError(e, x, log);
+      return entryError(e, x, owner.log);
     }
   };
   if (concurrent) return Promise.all(entries.map(one));
@@ -122,8 +129,8 @@ const NO_PARAMS: Record<string, string> = Object.freeze({}) as Record<string, st
 /** The per-request context handlers get; methods on the prototype, so a request allocates one small object. */
 class RequestCtx implements Ctx {
   readonly user: UserRec;
-  readonly log: Logger;
   private ac: AbortController | undefined;
+  private child: Logger | undefined;
 
   constructor(
     private readonly req: FastifyRequest,
@@ -131,7 +138,11 @@ class RequestCtx implements Ctx {
     readonly services: Services,
   ) {
     this.user = req.user!;
-    this.log = req.log;
+  }
+
+  /** Created on first use (errors, mostly): every line names the request. */
+  get log(): Logger {
+    return (this.child ??= this.req.log.child({ reqId: this.req.id }));
   }
 
   /** Created on first use: only blocking endpoints (wait, start, create) need it. */
@@ -146,7 +157,7 @@ class RequestCtx implements Ctx {
   }
 
   each(es: Entry<unknown>[], fn: (e: Entry<unknown>) => Promise<Result>, concurrent?: boolean): Promise<Result[]> {
-    return each(this.log, es, fn, concurrent);
+    return each(this, es, fn, concurrent);
   }
 
   entryError(e: Entry<unknown>, x: unknown): Result {
@@ -165,8 +176,9 @@ async function runEntries(
   q: Record<string, unknown>,
 ) {
   const def = c.def as EndpointDef;
+  if (def.list) return listOrGet(def, ctx, entries, q);
   if (def.handleAll) return def.handleAll(ctx, entries, q);
-  return each(ctx.log, entries, (e) => def.handle!(ctx, e, q), def.concurrent);
+  return each(ctx, entries, (e) => def.handle!(ctx, e, q), def.concurrent);
 }
 
 /**
@@ -183,6 +195,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     childLoggerFactory: (logger) => logger,
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: true },
+    genReqId: requestId,
   });
 
   // Every method may carry a JSON body, GET included (api-v1.md), whatever content type the client declares.
@@ -215,6 +228,9 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     }, done);
   });
 
+  if (opts.metrics) serveMetrics(app, opts.metrics);
+  serveEvents(app, services);
+
   app.setErrorHandler((e: Error & { code?: string; statusCode?: number }, req, reply) => {
     if (isUnihostError(e)) return sendError(req, reply, e);
     if (e.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
@@ -223,7 +239,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     if (e.statusCode && e.statusCode >= 400 && e.statusCode < 500) {
       return sendError(req, reply, err('UH_INVALID', e.message));
     }
-    req.log.error({ err: e }, 'unhandled error');
+    req.log.error({ err: e, reqId: req.id }, 'unhandled error');
     return sendError(req, reply, err('UH_INTERNAL', 'internal error'));
   });
 
@@ -231,13 +247,16 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
   // `GET /v1/instances/start` matches `/v1/instances/:uuid`; it is a wrong method on an existing path, not a bad UUID.
   const staticPaths = new Set(ENDPOINTS.map((d) => d.path).filter((p) => !p.includes(':')));
   const isOtherRoute = (req: FastifyRequest): boolean => staticPaths.has(req.url.split('?')[0]!.replace(/\/+$/, ''));
+  // A plain word where a UUID goes (`/v1/instances/history`) is a path this API lacks, not a mistyped UUID.
+  const isWord = (segment: string): boolean => /^[a-z_]+$/i.test(segment);
 
   for (const def of ENDPOINTS) {
     const c = compile(def as EndpointDef);
     const handler = async (req: FastifyRequest, reply: FastifyReply) => {
       const params = req.params as Record<string, string>;
       const pathUuid = params.uuid;
-      if (pathUuid !== undefined && !UUID_RE.test(pathUuid) && isOtherRoute(req)) return noEndpoint(req, reply);
+      if (pathUuid !== undefined && !UUID_RE.test(pathUuid) && (isOtherRoute(req) || isWord(pathUuid)))
+        return noEndpoint(req, reply);
       const parsed = parseRequest(
         c,
         req.body,

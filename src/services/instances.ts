@@ -96,8 +96,12 @@ export class InstanceService {
     return out;
   }
 
-  async get(user: UserRec, t: Target): Promise<Record<string, unknown>> {
-    return this.store.read(async (tx) => this.view(tx, user, await findInstance(tx, user, t)));
+  /** The status object; with `details` false only uuid, name and state. */
+  async get(user: UserRec, t: Target, details = true): Promise<Record<string, unknown>> {
+    return this.store.read(async (tx) => {
+      const i = await findInstance(tx, user, t);
+      return details ? this.view(tx, user, i) : { uuid: i.id, name: i.name, state: i.state };
+    });
   }
 
   /** The list as JSON text built by the store (fast path of GET /v1/instances/list). */
@@ -108,18 +112,6 @@ export class InstanceService {
   async list(user: UserRec, state?: InstanceState): Promise<{ uuid: string; name: string }[]> {
     const rows = await this.store.read((tx) => tx.instances.listIds(user.id, state));
     return rows.map((r) => ({ uuid: r.id, name: r.name }));
-  }
-
-  /** uuid, name and state of the given instances (compat list with details=false); deleted ones are skipped. */
-  async summaries(user: UserRec, ids: string[]): Promise<Record<string, unknown>[]> {
-    return this.store.read(async (tx) => {
-      const out: Record<string, unknown>[] = [];
-      for (const id of ids) {
-        const i = await tx.instances.get(user.id, id);
-        if (i) out.push({ status: 'success', uuid: i.id, name: i.name, state: i.state });
-      }
-      return out;
-    });
   }
 
   /**

@@ -130,12 +130,9 @@ export class VolumeService {
     return out;
   }
 
-  async get(user: UserRec, t: Target, details: boolean) {
-    return this.deps.store.read(async (tx) => this.view(await findVolume(tx, user, t), details, false));
-  }
-
-  async all(user: UserRec, details: boolean) {
-    return this.deps.store.read(async (tx) => (await tx.volumes.list(user.id)).map((v) => this.view(v, details, true)));
+  /** `listed`: the volume is one of a list of all volumes (no `attached_to`). */
+  async get(user: UserRec, t: Target, details: boolean, listed = false) {
+    return this.deps.store.read(async (tx) => this.view(await findVolume(tx, user, t), details, listed));
   }
 
   async attach(user: UserRec, t: Target, p: AttachIn) {

@@ -214,6 +214,28 @@ export interface UserTable<T extends { id: string; user_id: string; name: string
   delete(id: string): Promise<void>;
 }
 
+/** One entry of the instance event log (appended by the store with the change itself). */
+export interface EventRec {
+  /** increasing, never reused: the SSE event id clients resume from */
+  id: number;
+  at: string;
+  user_id: string;
+  instance_id: string;
+  instance_name: string;
+  group_id: string | null;
+  type: 'created' | 'state' | 'deleted';
+  from_state: InstanceState | null;
+  to_state: InstanceState | null;
+}
+
+export interface EventFilter {
+  /** instance UUID */
+  instanceId?: string;
+  /** instance name (events of an instance keep the name it had) */
+  instanceName?: string;
+  groupId?: string;
+}
+
 export interface Tx {
   users: {
     get(id: string): Promise<UserRec | undefined>;
@@ -225,6 +247,12 @@ export interface Tx {
   tokens: {
     listForUser(userId: string): Promise<TokenRec[]>;
     insert(rec: TokenRec): Promise<void>;
+  };
+  events: {
+    /** The user's events after id `after` (exclusive), oldest first, at most `limit`. */
+    after(userId: string, after: number, filter: EventFilter, limit: number): Promise<EventRec[]>;
+    /** The newest event id (0 when the log is empty). */
+    lastId(): Promise<number>;
   };
   instances: UserTable<InstanceRec> & {
     /** one instance of any user (reconcilers, waits) */

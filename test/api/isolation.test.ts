@@ -99,6 +99,7 @@ const PARAMS: Record<string, Record<string, unknown>> = {
   'PUT /v1/instances/stop': { force: true },
   'GET /v1/instances/wait': { state: 'stopped', timeout_ms: 100 },
   'GET /v1/instances/log': {},
+  'GET /v1/instances/metrics': {},
   'GET /v1/volumes': {},
   'DELETE /v1/volumes': {},
   'PUT /v1/volumes/attach': { attach_to: { name: 'b-inst' }, at: '/x' },

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import { request } from 'undici';
 import { DEFAULTS, type Config } from '../../src/config.js';
 import { startDaemon, type Controller, type Daemon } from '../../src/daemon.js';
@@ -54,6 +54,8 @@ type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]>
 export async function startHarness(
   over: DeepPartial<Config> = {},
   controllers?: (s: Services) => Controller[] | Promise<Controller[]>,
+  /** `logger`: where the daemon logs (default: silent, or the level in UNIHOST_TEST_LOG) */
+  opts: { logger?: Logger } = {},
 ): Promise<Harness> {
   const dataDir = mkdtempSync(join(tmpdir(), 'unihost-test-'));
   const config: Config = {
@@ -69,7 +71,7 @@ export async function startHarness(
     },
   };
   const daemon = await startDaemon(config, {
-    logger: pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }),
+    logger: opts.logger ?? pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }),
     controllers: controllers ? (s) => controllers(s) : undefined,
   });
   return {

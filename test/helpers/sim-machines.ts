@@ -2,20 +2,32 @@ import type { Controller } from '../../src/daemon.js';
 import type { Services } from '../../src/services/index.js';
 import type { InstanceRec } from '../../src/store/types.js';
 
+export interface SimStats {
+  cpuMs: number;
+  rssBytes: number;
+}
+
+/** CPU time and RSS every simulated running VM reports (the machine controller's `stats`). */
+export const SIM_STATS: SimStats = Object.freeze({ cpuMs: 42, rssBytes: 8 << 20 });
+
 /**
  * A simulated machine controller for control-plane API tests only: it moves
  * instances through their states at once (starting -> running, stopping or
  * draining -> stopped) without booting anything, and marks new volumes
  * available. Lifecycle tests with real VMs use the QEMU driver instead.
  */
-export function simMachines(s: Services): Controller {
+export function simMachines(s: Services): Controller & { stats(id: string): SimStats | undefined } {
   let off: (() => void) | null = null;
+  // Instances the simulation has "booted": they report fixed figures, like a VM's process would report real ones.
+  const up = new Set<string>();
   const step = async (id: string): Promise<void> => {
     await s.store.tx(async (tx) => {
       const i = await tx.instances.getAny(id);
       if (!i) return;
       const now = new Date(s.clock.now()).toISOString();
+      if (i.state !== 'running') up.delete(i.id);
       if (i.state === 'starting' && i.desired === 'running') {
+        up.add(i.id);
         // fixed timings, so tests can tell developer-only fields from absent ones
         await tx.instances.update(i.id, {
           state: 'running',
@@ -66,6 +78,9 @@ export function simMachines(s: Services): Controller {
         if (c.kind === 'instance') later(() => step(c.id));
         if (c.kind === 'volume') later(() => volume(c.id));
       });
+    },
+    stats(id) {
+      return up.has(id) ? SIM_STATS : undefined;
     },
     async stop() {
       stopped = true;

@@ -11,11 +11,15 @@ export const certificateEndpoints = [
     path: '/v1/certificates',
     localPath: '/v1/certificates/:uuid',
     plural: C,
-    summary: 'Certificate status.',
+    summary: 'Certificate status. Without a target, lists every certificate, paged by count/from.',
     target: 'required',
     batch: true,
     params: Type.Object({}),
-    handle: async (ctx, e) => ctx.services.certificates.get(ctx.user, e.target!),
+    list: (ctx) => ctx.services.certificates.list(ctx.user),
+    handle: async (ctx, e, q) => {
+      const c = await ctx.services.certificates.get(ctx.user, e.target!);
+      return q.details === false ? { uuid: c.uuid, name: c.name, state: c.state } : c;
+    },
     response: Summary,
   }),
   endpoint({

@@ -27,3 +27,8 @@ export function checkedEach<P>(
     return ctx.each(entries as Entry<unknown>[], (e) => handle(ctx, e as Entry<P>));
   };
 }
+
+/** `details=false` (newer clients) answers uuid and name only, for objects without a state. */
+export function summaryOr(q: Record<string, unknown>, full: Result): Result {
+  return q.details === false ? { uuid: full.uuid, name: full.name } : full;
+}

@@ -1,9 +1,10 @@
 import { Type } from '@sinclair/typebox';
-import { endpoint, RawArray, type Ctx, type Result } from '../endpoint.js';
-import { Bool, Int, Name, Opt, Ref, Str, TimeoutMs, Uuid } from '../schemas/common.js';
+import { endpoint, RawArray } from '../endpoint.js';
+import { Bool, Int, Name, Opt, Ref, Str, TimeoutMs, TimeoutS, Uuid } from '../schemas/common.js';
 import { GroupServiceEntry, DomainIn } from './services.js';
 import { checkCreate, FEATURES, RESTART_POLICIES, type CreateParams } from '../../services/instances-create.js';
 import { err } from '../../errors.js';
+import { instanceMetrics } from '../../services/instance-metrics.js';
 import type { InstanceState } from '../../store/types.js';
 
 const P = 'instances';
@@ -56,6 +57,7 @@ const CreateBody = Type.Object(
     autostart: Opt(Bool('Start right after creation. Default false.')),
     replicas: Opt(Int('Additional instances with the same properties. Default 0.', { minimum: 0, maximum: 64 })),
     wait_timeout_ms: Opt(TimeoutMs('With autostart: wait for running. 0 no wait, -1 the longest.')),
+    timeout_s: TimeoutS('wait_timeout_ms'),
     features: Opt(
       Type.Array(
         Type.Union(
@@ -89,13 +91,13 @@ export const instanceEndpoints = [
     target: 'none',
     batch: true,
     params: CreateBody,
-    check: (p) => void checkCreate(p as CreateParams),
+    check: (p) => void checkCreate(createParams(p)),
     // Each create queues its transaction at once, so entries are created in order; their
     // waits (wait_timeout_ms) then run side by side and the instances boot concurrently.
     handleAll: async (ctx, entries) => {
       const results = await Promise.all(
         entries.map((e) =>
-          ctx.services.instances.create(ctx.user, e.params as CreateParams, ctx.signal).then(
+          ctx.services.instances.create(ctx.user, createParams(e.params), ctx.signal).then(
             (rs): Record<string, unknown>[] => rs.map((r) => ({ status: 'success', ...r })),
             (x: unknown) => [ctx.entryError(e, x)],
           ),
@@ -110,25 +112,12 @@ export const instanceEndpoints = [
     path: '/v1/instances',
     localPath: '/v1/instances/:uuid',
     plural: P,
-    summary: 'Instance status. Without a target (compat), lists like /v1/instances/list.',
+    summary: 'Instance status. Without a target (newer clients), lists every instance, paged by count/from.',
     target: 'required',
     batch: true,
     params: Type.Object({}),
-    query: Type.Object(
-      {
-        details: Opt(Bool('Accepted for client compatibility; full details are always returned.')),
-        count: Opt(Int('List mode: page size.', { minimum: 1 })),
-        from: Opt(Uuid('List mode: continue after this instance.')),
-      },
-      { additionalProperties: false },
-    ),
-    handleAll: async (ctx, entries, q) => {
-      if (entries.length === 1 && !entries[0]!.target) return listAll(ctx, q);
-      entries.forEach((e, i) => {
-        if (!e.target) throw err('UH_MISSING_ID', `entry ${i}: 'uuid' or 'name' is required`);
-      });
-      return ctx.each(entries, (e) => ctx.services.instances.get(ctx.user, e.target!));
-    },
+    list: (ctx) => ctx.services.instances.list(ctx.user),
+    handle: async (ctx, e, q) => ctx.services.instances.get(ctx.user, e.target!, q.details !== false),
     response: Summary,
   }),
   endpoint({
@@ -168,13 +157,14 @@ export const instanceEndpoints = [
     params: Type.Object(
       {
         wait_timeout_ms: Opt(TimeoutMs('Wait for running. 0 no wait (default), -1 the longest.')),
-        timeout_s: Opt(Int('Alias of wait_timeout_ms in seconds (newer clients).', { minimum: -1 })),
+        timeout_s: TimeoutS('wait_timeout_ms'),
       },
       { additionalProperties: false },
     ),
+    check: (p) => void timeoutOf(p, 'wait_timeout_ms'),
     concurrent: true,
     handle: async (ctx, e) =>
-      ctx.services.instances.start(ctx.user, e.target!, msOf(e.params.wait_timeout_ms, e.params.timeout_s), ctx.signal),
+      ctx.services.instances.start(ctx.user, e.target!, timeoutOf(e.params, 'wait_timeout_ms'), ctx.signal),
     response: Summary,
   }),
   endpoint({
@@ -208,23 +198,52 @@ export const instanceEndpoints = [
         ids: Opt(Type.Array(Ref('instance'), { description: 'Targets (instead of uuid/name).' })),
         state: Opt(InstanceStateSchema),
         timeout_ms: Opt(TimeoutMs('Largest wait; -1 (default) the longest possible.')),
-        timeout_s: Opt(Int('Alias of timeout_ms in seconds (newer clients).', { minimum: -1 })),
+        timeout_s: TimeoutS('timeout_ms'),
       },
       { additionalProperties: false },
     ),
+    check: (p) => void timeoutOf(p, 'timeout_ms'),
     // Each entry waits with its own state and timeout (array bodies of the Python SDK); ids share their entry's.
     handleAll: async (ctx, entries) =>
       ctx.each(
         ctx.expandIds(entries),
         (e) => {
-          const p = e.params as { timeout_ms?: number; timeout_s?: number; state?: InstanceState };
-          const timeout = ctx.services.instances.timeout(msOf(p.timeout_ms, p.timeout_s), -1);
-          const state = p.state ?? 'running';
+          const p = e.params as Record<string, unknown>;
+          const timeout = ctx.services.instances.timeout(timeoutOf(p, 'timeout_ms'), -1);
+          const state = (p.state as InstanceState | undefined) ?? 'running';
           return ctx.services.instances.wait(ctx.user, e.target!, state, timeout, ctx.signal);
         },
         true,
       ),
     response: Summary,
+  }),
+  endpoint({
+    method: 'GET',
+    path: '/v1/instances/metrics',
+    localPath: '/v1/instances/:uuid/metrics',
+    plural: P,
+    summary: 'CPU, memory, network and boot figures of instances (those the platform measures).',
+    target: 'required',
+    batch: true,
+    params: Type.Object({}),
+    handle: async (ctx, e) => instanceMetrics(ctx.services, ctx.user, e.target!),
+    response: Type.Object(
+      {
+        status: Str(),
+        uuid: Uuid(),
+        name: Str(),
+        rss_bytes: Int('Resident memory of the VM process; 0 when not running.'),
+        cpu_time_ms: Int('CPU time of the VM process since it started; 0 when not running.'),
+        boot_time_us: Int('Boot time of the last boot (0 before the first).'),
+        net_time_us: Int('Time to network readiness of the last boot (0 before the first).'),
+        rx_bytes: Opt(Int('Bytes the guest received (its tap), when it has one.')),
+        rx_packets: Opt(Int()),
+        tx_bytes: Opt(Int('Bytes the guest sent.')),
+        tx_packets: Opt(Int()),
+        nconns: Opt(Int('Open connections through the gateway, when it runs.')),
+      },
+      { additionalProperties: true },
+    ),
   }),
   endpoint({
     method: 'GET',
@@ -248,34 +267,23 @@ export const instanceEndpoints = [
 ];
 
 /**
- * Compat list (`GET /v1/instances` without a target): every instance in
- * creation order, `count` per page after `from`; full details unless
- * `details=false` (then uuid, name, state), as GET /v1/volumes lists.
+ * The timeout of a wait given as `msKey` (milliseconds) or `timeout_s`
+ * (seconds, newer clients), in milliseconds; -1 stays the longest, undefined
+ * when neither is given. Both at once are refused: they could disagree.
  */
-async function listAll(ctx: Ctx, q: Record<string, unknown>): Promise<Result[]> {
-  const all = await ctx.services.instances.list(ctx.user);
-  let start = 0;
-  if (q.from !== undefined) {
-    start = all.findIndex((i) => i.uuid === (q.from as string).toLowerCase()) + 1;
-    if (start === 0) throw err('UH_INVALID', `query parameter 'from': no instance with UUID '${q.from}'`);
-  }
-  const page = all.slice(start, q.count !== undefined ? start + (q.count as number) : undefined);
-  if (q.details === false)
-    return ctx.services.instances.summaries(
-      ctx.user,
-      page.map((i) => i.uuid),
-    );
-  return ctx.each(
-    page.map((i) => ({ target: { uuid: i.uuid }, params: {}, local: false })),
-    (e) => ctx.services.instances.get(ctx.user, e.target!),
-  );
+export function timeoutOf(p: Record<string, unknown>, msKey: string): number | undefined {
+  const ms = p[msKey] as number | undefined;
+  const s = p.timeout_s as number | undefined;
+  if (ms !== undefined && s !== undefined) throw err('UH_INVALID', `give either '${msKey}' or 'timeout_s', not both`);
+  if (s !== undefined) return s < 0 ? -1 : s * 1000;
+  return ms;
 }
 
-/** `_ms` wins over the `timeout_s` alias; undefined when neither is given. */
-export function msOf(ms: number | undefined, s: number | undefined): number | undefined {
-  if (ms !== undefined) return ms;
-  if (s !== undefined) return s < 0 ? -1 : s * 1000;
-  return undefined;
+/** Create parameters with `timeout_s` folded into `wait_timeout_ms`. */
+function createParams(p: Record<string, unknown>): CreateParams {
+  const { timeout_s: _s, ...rest } = p;
+  const ms = timeoutOf(p, 'wait_timeout_ms');
+  return { ...rest, ...(ms === undefined ? {} : { wait_timeout_ms: ms }) } as unknown as CreateParams;
 }
 
 export { Name };

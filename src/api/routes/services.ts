@@ -6,7 +6,7 @@ import { checkAutoscaleParams, type AutoscaleIn } from '../../services/autoscale
 import { checkPolicy, type PolicyIn } from '../../domain/steps.js';
 import { err } from '../../errors.js';
 import type { Ctx, Entry } from '../endpoint.js';
-import { checkedEach } from './checked.js';
+import { checkedEach, summaryOr } from './checked.js';
 
 export const GroupServiceEntry = Type.Object(
   {
@@ -85,12 +85,12 @@ export const serviceEndpoints = [
     path: '/v1/services',
     localPath: '/v1/services/:uuid',
     plural: G,
-    summary: 'Service group status and configuration.',
+    summary: 'Service group status and configuration. Without a target, lists every group, paged by count/from.',
     target: 'required',
     batch: true,
     params: Type.Object({}),
-    query: Type.Object({ details: Opt(Bool('Accepted for client compatibility.')) }, { additionalProperties: false }),
-    handle: async (ctx, e) => ctx.services.groups.get(ctx.user, e.target!),
+    list: (ctx) => ctx.services.groups.list(ctx.user, {}),
+    handle: async (ctx, e, q) => summaryOr(q, await ctx.services.groups.get(ctx.user, e.target!)),
     response: Summary,
   }),
   endpoint({
@@ -138,6 +138,7 @@ export const serviceEndpoints = [
     target: 'required',
     batch: true,
     params: Type.Object({}),
+    query: Type.Object({ details: Opt(Bool('Accepted for client compatibility.')) }, { additionalProperties: false }),
     handle: async (ctx, e) => ctx.services.autoscale.get(ctx.user, e.target!),
     response: Summary,
   }),

@@ -1,7 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint } from '../endpoint.js';
 import { Bool, Int, Name, Opt, Ref, Str, Uuid } from '../schemas/common.js';
-import { err } from '../../errors.js';
 import type { VolumeState } from '../../store/types.js';
 import { checkAttach, type AttachIn } from '../../services/volumes.js';
 
@@ -32,22 +31,13 @@ export const volumeEndpoints = [
     path: '/v1/volumes',
     localPath: '/v1/volumes/:uuid',
     plural: V,
-    summary: 'Volume status; with no selection, all volumes.',
+    summary: 'Volume status; with no selection, all volumes, paged by count/from.',
     target: 'required',
     batch: true,
     params: Type.Object({}),
-    query: Type.Object(
-      { details: Opt(Bool('Default true; false returns uuid, name and state only.')) },
-      { additionalProperties: false },
-    ),
-    handleAll: async (ctx, entries, q) => {
-      const details = (q.details as boolean | undefined) ?? true;
-      if (entries.length === 1 && !entries[0]!.target) return ctx.services.volumes.all(ctx.user, details);
-      entries.forEach((e, i) => {
-        if (!e.target) throw err('UH_MISSING_ID', `entry ${i}: 'uuid' or 'name' is required`);
-      });
-      return ctx.each(entries, (e) => ctx.services.volumes.get(ctx.user, e.target!, details));
-    },
+    list: (ctx) => ctx.services.volumes.list(ctx.user, {}),
+    // Listed volumes have no attached_to (api-v1.md).
+    handle: async (ctx, e, q) => ctx.services.volumes.get(ctx.user, e.target!, q.details !== false, e.listed),
     response: Summary,
   }),
   endpoint({

@@ -25,3 +25,7 @@ export const Ref = (what: string) =>
 
 /** Timeout in milliseconds; -1 selects the largest possible value. */
 export const TimeoutMs = (description: string) => Type.Integer({ minimum: -1, description });
+
+/** Timeout in seconds (newer clients), an alias of a `_ms` timeout that must not come with it. */
+export const TimeoutS = (msKey: string) =>
+  Opt(Int(`Alias of ${msKey} in seconds (newer clients); not together with it.`, { minimum: -1 }));

@@ -8,6 +8,7 @@ import type {
   Change,
   ChangeKind,
   DomainRec,
+  EventRec,
   ImageRec,
   InstanceRec,
   InstanceState,
@@ -259,6 +260,21 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }, ca
     tokens: {
       listForUser: async (userId) => many<TokenRec>(S.tokens, 'SELECT * FROM tokens WHERE user_id=?', userId),
       insert: (rec) => insert(S.tokens, rec),
+    },
+    events: {
+      after: async (userId, after, f, limit) =>
+        prep(
+          `SELECT * FROM events WHERE user_id=@u AND id>@after AND (@i IS NULL OR instance_id=@i)
+             AND (@n IS NULL OR instance_name=@n) AND (@g IS NULL OR group_id=@g) ORDER BY id LIMIT @limit`,
+        ).all({
+          u: userId,
+          after,
+          i: f.instanceId ?? null,
+          n: f.instanceName ?? null,
+          g: f.groupId ?? null,
+          limit,
+        }) as EventRec[],
+      lastId: async () => (prep('SELECT coalesce(max(id), 0) AS id FROM events').get() as { id: number }).id,
     },
     instances: {
       ...userTable<InstanceRec>(S.instances),

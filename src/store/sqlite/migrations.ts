@@ -141,4 +141,35 @@ export const MIGRATIONS: string[] = [
     digest TEXT NOT NULL REFERENCES images(digest)
   );
   `,
+  /*
+   * 2: the durable log of instance state changes (GET /v1/events). Triggers
+   * append in the same transaction as the change, whichever code makes it
+   * (API services, reconcilers), so the log cannot miss or invent one.
+   */ `
+  CREATE TABLE events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    user_id TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    instance_name TEXT NOT NULL,
+    group_id TEXT,
+    type TEXT NOT NULL,
+    from_state TEXT,
+    to_state TEXT
+  );
+  CREATE INDEX events_user ON events(user_id, id);
+
+  CREATE TRIGGER events_instance_created AFTER INSERT ON instances BEGIN
+    INSERT INTO events (user_id, instance_id, instance_name, group_id, type, to_state)
+    VALUES (NEW.user_id, NEW.id, NEW.name, NEW.service_group_id, 'created', NEW.state);
+  END;
+  CREATE TRIGGER events_instance_state AFTER UPDATE OF state ON instances WHEN OLD.state IS NOT NEW.state BEGIN
+    INSERT INTO events (user_id, instance_id, instance_name, group_id, type, from_state, to_state)
+    VALUES (NEW.user_id, NEW.id, NEW.name, NEW.service_group_id, 'state', OLD.state, NEW.state);
+  END;
+  CREATE TRIGGER events_instance_deleted AFTER DELETE ON instances BEGIN
+    INSERT INTO events (user_id, instance_id, instance_name, group_id, type, from_state)
+    VALUES (OLD.user_id, OLD.id, OLD.name, OLD.service_group_id, 'deleted', OLD.state);
+  END;
+  `,
 ];

@@ -1,0 +1,130 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { err } from '../errors.js';
+import { findGroup } from '../services/groups.js';
+import type { Services } from '../services/index.js';
+import type { EventFilter, EventRec, UserRec } from '../store/types.js';
+import { UUID_RE } from './request.js';
+
+/** Events read from the store per query: a long backlog goes out in pages. */
+const PAGE = 500;
+/** A comment line this often keeps proxies from closing an idle stream. */
+const HEARTBEAT_MS = 15_000;
+
+const QUERY_KEYS = new Set(['from', 'instance', 'group']);
+
+/** The event as the stream sends it (`data:` of one server-sent event). */
+function view(e: EventRec): Record<string, unknown> {
+  const out: Record<string, unknown> = {
+    id: e.id,
+    at: e.at,
+    type: e.type,
+    instance: { uuid: e.instance_id, name: e.instance_name },
+  };
+  if (e.group_id) out.service_group = { uuid: e.group_id };
+  if (e.from_state) out.from_state = e.from_state;
+  if (e.to_state) out.to_state = e.to_state;
+  return out;
+}
+
+/** Where to resume: `Last-Event-ID` (a reconnecting EventSource) wins over `from`; else only new events. */
+async function startId(req: FastifyRequest, q: Record<string, string>, services: Services): Promise<number> {
+  const raw = (req.headers['last-event-id'] as string | undefined) ?? q.from;
+  if (raw === undefined) return services.store.read((tx) => tx.events.lastId());
+  if (!/^\d{1,15}$/.test(raw)) throw err('UH_INVALID', `'from' / Last-Event-ID: '${raw}' is not an event id`);
+  return Number(raw);
+}
+
+/** The filter of `instance` (uuid or name) and `group` (uuid or name; it must exist). */
+async function filterOf(q: Record<string, string>, user: UserRec, services: Services): Promise<EventFilter> {
+  for (const k of Object.keys(q)) {
+    if (!QUERY_KEYS.has(k)) throw err('UH_INVALID', `unknown query parameter '${k}'`);
+    if (typeof q[k] !== 'string') throw err('UH_INVALID', `query parameter '${k}' given more than once`);
+  }
+  const f: EventFilter = {};
+  if (q.instance !== undefined) {
+    if (UUID_RE.test(q.instance)) f.instanceId = q.instance.toLowerCase();
+    else f.instanceName = q.instance.toLowerCase();
+  }
+  if (q.group !== undefined) {
+    const t = UUID_RE.test(q.group) ? { uuid: q.group.toLowerCase() } : { name: q.group.toLowerCase() };
+    f.groupId = (await services.store.read((tx) => findGroup(tx, user, t))).id;
+  }
+  return f;
+}
+
+/**
+ * `GET /v1/events`: the user's instance events as server-sent events, the
+ * backlog after the resume point first, then live ones as they commit. Each
+ * event's SSE id is its log id, so a client that reconnects with
+ * `Last-Event-ID` (or `from`) gets every later event once.
+ */
+export function serveEvents(app: FastifyInstance, services: Services): void {
+  // Open streams never end by themselves: closing the daemon ends them, or close would wait forever.
+  const open = new Set<() => void>();
+  app.addHook('preClose', (done) => {
+    for (const end of open) end();
+    done();
+  });
+  app.get('/v1/events', async (req: FastifyRequest, reply: FastifyReply) => {
+    const user = req.user!;
+    const q = req.query as Record<string, string>;
+    const filter = await filterOf(q, user, services);
+    let last = await startId(req, q, services);
+
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      // the socket goes with the stream: an ended stream's connection must not linger as keep-alive
+      connection: 'close',
+      'x-request-id': req.id,
+    });
+    res.write(': unihost events\n\n');
+
+    let closed = false;
+    let again = false;
+    let running: Promise<void> | null = null;
+    // One reader at a time: a change during a read makes it read once more, so nothing is sent twice.
+    const pump = (): void => {
+      if (closed) return;
+      if (running) {
+        again = true;
+        return;
+      }
+      running = (async () => {
+        do {
+          again = false;
+          for (;;) {
+            const batch = await services.store.read((tx) => tx.events.after(user.id, last, filter, PAGE));
+            if (closed) return;
+            for (const e of batch) res.write(`id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(view(e))}\n\n`);
+            if (batch.length > 0) last = batch[batch.length - 1]!.id;
+            if (batch.length < PAGE) break;
+          }
+        } while (again && !closed);
+      })()
+        .catch((e: unknown) => {
+          req.log.warn({ err: e, reqId: req.id }, 'events stream: read failed');
+          res.end();
+        })
+        .finally(() => {
+          running = null;
+        });
+    };
+    const off = services.store.onChange((c) => {
+      if (c.kind === 'instance') pump();
+    });
+    const heartbeat = setInterval(() => res.write(': keep-alive\n\n'), HEARTBEAT_MS);
+    heartbeat.unref();
+    const end = () => res.end();
+    open.add(end);
+    res.on('close', () => {
+      closed = true;
+      open.delete(end);
+      off();
+      clearInterval(heartbeat);
+    });
+    pump();
+  });
+}

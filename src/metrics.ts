@@ -1,0 +1,81 @@
+import { Gauge, Histogram, Registry } from 'prom-client';
+import type { InstanceState, Store } from './store/types.js';
+
+const STATES: InstanceState[] = ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby'];
+
+/**
+ * The daemon's Prometheus metrics (`GET /metrics`). One registry per daemon,
+ * not prom-client's global one, so several daemons in one process (tests)
+ * keep their figures apart.
+ */
+export class DaemonMetrics {
+  readonly registry = new Registry();
+  private readonly requests: Histogram<'method' | 'route' | 'status'>;
+  private readonly boots: Histogram;
+  /** start_count of the last boot observed per instance, so each boot is counted once */
+  private readonly seenBoots = new Map<string, number>();
+  private off: (() => void) | undefined;
+
+  constructor(private readonly store: Store) {
+    this.requests = new Histogram({
+      name: 'unihost_api_request_duration_seconds',
+      help: 'API request latency by route (the path pattern), method and HTTP status.',
+      labelNames: ['method', 'route', 'status'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [this.registry],
+    });
+    this.boots = new Histogram({
+      name: 'unihost_instance_boot_seconds',
+      help: 'Instance boot time (start of the VM to the guest signalling ready), per boot since the daemon started.',
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers: [this.registry],
+    });
+    const byState = new Gauge({
+      name: 'unihost_instances',
+      help: 'Instances by state.',
+      labelNames: ['state'],
+      registers: [this.registry],
+      // Read at scrape time from the store: the store is the truth, no counter can drift.
+      collect: async () => {
+        const counts = new Map<string, number>(STATES.map((s) => [s, 0]));
+        for (const i of await store.read((tx) => tx.instances.all()))
+          counts.set(i.state, (counts.get(i.state) ?? 0) + 1);
+        for (const [state, n] of counts) byState.set({ state }, n);
+      },
+    });
+  }
+
+  /** Starts observing boots; boots that happened before the daemon started are not counted. */
+  async start(): Promise<void> {
+    for (const i of await this.store.read((tx) => tx.instances.all())) this.seenBoots.set(i.id, i.start_count);
+    this.off = this.store.onChange((c) => {
+      if (c.kind === 'instance') void this.onInstance(c.id);
+    });
+  }
+
+  stop(): void {
+    this.off?.();
+  }
+
+  private async onInstance(id: string): Promise<void> {
+    const i = await this.store.read((tx) => tx.instances.getAny(id)).catch(() => undefined);
+    if (!i) {
+      this.seenBoots.delete(id);
+      return;
+    }
+    if (i.state !== 'running' || i.boot_time_us === null) return;
+    if ((this.seenBoots.get(id) ?? 0) >= i.start_count) return;
+    this.seenBoots.set(id, i.start_count);
+    this.boots.observe(i.boot_time_us / 1e6);
+  }
+
+  /** Records one API request; `route` is the matched path pattern (bounded cardinality). */
+  observeRequest(method: string, route: string, status: number, seconds: number): void {
+    this.requests.observe({ method, route, status: String(status) }, seconds);
+  }
+
+  /** The text exposition format and its content type. */
+  async render(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}
