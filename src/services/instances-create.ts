@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { parse as shellParse } from 'shell-quote';
+import { envValueProblem, wordProblem } from '../domain/cmdline.js';
 import { allocateIp, macFor } from '../domain/ipam.js';
 import { instanceDefaultName, NAME_MAX, randomSuffix } from '../domain/names.js';
 import { err } from '../errors.js';
@@ -108,7 +109,17 @@ export function checkCreate(p: CreateParams) {
   if (sg && sg.uuid !== undefined && sg.name !== undefined) {
     throw err('UH_NOT_BOTH', "parameter 'service_group': give either 'uuid' or 'name', not both");
   }
-  return { policy, args: splitArgs(p.args) };
+  for (const [k, v] of Object.entries(p.env ?? {})) {
+    const why = envValueProblem(v);
+    if (why)
+      throw err('UH_INVALID', `parameter 'env': the value of '${k}' ${why} (it travels on the kernel command line)`);
+  }
+  const args = splitArgs(p.args);
+  for (const [i, a] of (args ?? []).entries()) {
+    const why = wordProblem(a);
+    if (why) throw err('UH_INVALID', `parameter 'args': argument ${i} ${why} (it travels on the kernel command line)`);
+  }
+  return { policy, args };
 }
 
 /** A volume entry names an existing volume (uuid or name) or sizes a new one: exactly one of the three. */
