@@ -1,3 +1,4 @@
+import { chmodSync, mkdirSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
@@ -39,9 +40,23 @@ export function splitListen(listen: string): { host: string; port: number } {
   return { host, port };
 }
 
+/**
+ * Whatever launched the daemon (a script, a unit file, a shell with umask
+ * 022), the files it creates hold tenants' data (database, volume images,
+ * console logs) and are for root only: the daemon and its children (QEMU,
+ * mkfs) create files with mode 0600/0700, and the data dir of an existing
+ * install is closed to others.
+ */
+export function restrictFileModes(dataDir: string): void {
+  process.umask(0o077);
+  mkdirSync(dataDir, { recursive: true });
+  chmodSync(dataDir, 0o700);
+}
+
 /** Opens the store, wires the services, starts controllers and the API. */
 export async function startDaemon(config: Config, opts: DaemonOptions = {}): Promise<Daemon> {
   const logger = opts.logger ?? pino({ level: config.logLevel });
+  restrictFileModes(config.dataDir);
   const store = new SqliteStore(pathsFor(config.dataDir).db);
   const services = createServices(config, store, opts.clock);
   const controllers = (await opts.controllers?.(services, logger)) ?? [];

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig, type Config } from '../../config.js';
+import { restrictFileModes } from '../../daemon.js';
 import { createServices, pathsFor } from '../../services/index.js';
 import { SqliteStore } from '../../store/sqlite/index.js';
 import type { Hard, Limits } from '../../store/types.js';
@@ -15,6 +16,8 @@ export async function withServices<T>(
   fn: (s: ReturnType<typeof createServices>, c: Config) => Promise<T>,
 ): Promise<T> {
   const config = loadConfig({ dataDir: o.dataDir, config: o.config });
+  // The store may be created here (first import before the first start): same modes as the daemon's.
+  restrictFileModes(config.dataDir);
   const store = new SqliteStore(pathsFor(config.dataDir).db);
   try {
     return await fn(createServices(config, store), config);
