@@ -225,6 +225,8 @@ export interface Tx {
   tokens: {
     listForUser(userId: string): Promise<TokenRec[]>;
     insert(rec: TokenRec): Promise<void>;
+    /** revocation: the token stops authenticating */
+    delete(id: string): Promise<void>;
   };
   instances: UserTable<InstanceRec> & {
     /** one instance of any user (reconcilers, waits) */
@@ -297,6 +299,12 @@ export interface Store {
   tx<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
   /** Runs `fn` on a consistent snapshot; writes through it are refused. */
   read<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  /**
+   * A number that changes whenever another process (the admin commands)
+   * committed to the store; caches of what such processes change (tokens,
+   * users) compare it before trusting an entry. Cheap enough per request.
+   */
+  externalVersion(): number;
   /** Subscribes to committed changes; returns the unsubscribe function. */
   onChange(listener: (c: Change) => void): () => void;
   close(): Promise<void>;
