@@ -18,6 +18,8 @@ export interface Config {
   bodyLimit: number;
   /** what `-1` means for wait/stop timeouts, ms */
   maxTimeoutMs: number;
+  /** concurrent waits (GET wait targets, start/create with a wait timeout) one user may hold */
+  maxWaitsPerUser: number;
   /** largest log chunk one request returns, bytes */
   maxLogChunk: number;
   /** private network for instances (IPv4 CIDR); the first host address is the gateway */
@@ -75,6 +77,7 @@ export const DEFAULTS: Config = {
   bodyLimit: 1024 * 1024,
   maxTimeoutMs: 3_600_000,
   maxLogChunk: 16383,
+  maxWaitsPerUser: 256,
   subnet: '10.88.0.0/16',
   defaultQuotas: {
     hard: {

@@ -69,6 +69,12 @@ export const ERROR_CODES = {
   UH_DOMAIN_TAKEN: { http: 409, api: ApiErrorNumber.CannotBeUsed, doc: 'The domain is in use or reserved.' },
   /** A quota (hard limit) would be exceeded. */
   UH_QUOTA: { http: 429, api: ApiErrorNumber.Quota, doc: 'A quota of the account would be exceeded.' },
+  /** Too many requests (rate limit) or concurrent waits of one user. */
+  UH_TOO_MANY: {
+    http: 429,
+    api: ApiErrorNumber.TooMany,
+    doc: 'Too many requests per time, or too many concurrent waits, for this user.',
+  },
   /** A value lies outside the account's min/max limits. */
   UH_LIMIT: { http: 400, api: ApiErrorNumber.Invalid, doc: 'A value lies outside the account limits.' },
   /** The requested memory is below what the image needs. */

@@ -138,8 +138,11 @@ class RequestCtx implements Ctx {
   get signal(): AbortSignal {
     if (!this.ac) {
       const a = (this.ac = new AbortController());
-      this.req.raw.once('close', () => {
-        if (!this.reply.sent) a.abort();
+      // The response's 'close', not the request's: a request emits 'close' once its body is read,
+      // which would abort every wait at once; the response closes when sent or when the client left.
+      const res = this.reply.raw;
+      res.once('close', () => {
+        if (!res.writableFinished) a.abort();
       });
     }
     return this.ac.signal;

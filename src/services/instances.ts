@@ -6,7 +6,7 @@ import { ConsoleLog } from '../machines/console-log.js';
 import type { Deps } from './index.js';
 import { createInTx, type CreateParams } from './instances-create.js';
 import { assertQuota } from './users.js';
-import { waitForChange } from './wait.js';
+import { WaitHub, type WaitLease } from './wait.js';
 
 export interface StopParams {
   force?: boolean;
@@ -28,7 +28,14 @@ export async function findInstance(tx: Tx, user: UserRec, t: Target): Promise<In
 
 /** Instance lifecycle: records intent in the store; the machine controller makes it so. */
 export class InstanceService {
+  private hub: WaitHub | undefined;
+
   constructor(private readonly deps: Deps) {}
+
+  /** Every wait of the daemon (GET wait, start and create with a wait timeout). */
+  get waits(): WaitHub {
+    return (this.hub ??= new WaitHub(this.store, this.deps.config.maxWaitsPerUser));
+  }
 
   private get store(): Store {
     return this.deps.store;
@@ -137,20 +144,26 @@ export class InstanceService {
   }
 
   async start(user: UserRec, t: Target, waitMs: number | undefined, signal?: AbortSignal) {
-    const { before, after } = await this.store.tx(async (tx) => {
-      const inst = await findInstance(tx, user, t);
-      return { before: inst, after: await this.startInTx(tx, user, inst, true) };
-    });
-    let state = after.state;
     const timeout = this.timeout(waitMs, 0);
-    if (timeout > 0) {
-      const reached = await this.waitBooted(after.id, timeout, signal);
-      state =
-        reached?.state ??
-        (await this.store.read(async (tx) => (await tx.instances.get(user.id, after.id))?.state)) ??
-        state;
+    // Reserved before the start: a refused wait must not leave a half-done request.
+    const lease = timeout > 0 ? this.waits.reserve(user.id, 1) : null;
+    try {
+      const { before, after } = await this.store.tx(async (tx) => {
+        const inst = await findInstance(tx, user, t);
+        return { before: inst, after: await this.startInTx(tx, user, inst, true) };
+      });
+      let state = after.state;
+      if (lease) {
+        const reached = await this.waitBooted(lease, after.id, timeout, signal);
+        state =
+          reached?.state ??
+          (await this.store.read(async (tx) => (await tx.instances.get(user.id, after.id))?.state)) ??
+          state;
+      }
+      return { uuid: after.id, name: after.name, state, previous_state: before.state };
+    } finally {
+      lease?.release();
     }
-    return { uuid: after.id, name: after.name, state, previous_state: before.state };
   }
 
   /** PUT stop: records the stop request; the controller performs it. Does not block. */
@@ -204,18 +217,33 @@ export class InstanceService {
 
   /** POST /v1/instances: one entry per created instance (replicas included). */
   async create(user: UserRec, p: CreateParams, signal?: AbortSignal): Promise<Record<string, unknown>[]> {
+    const timeout = p.autostart ? this.timeout(p.wait_timeout_ms, 0) : 0;
+    const lease = timeout > 0 ? this.waits.reserve(user.id, 1 + (p.replicas ?? 0)) : null;
+    try {
+      return await this.createAndWait(user, p, timeout, lease, signal);
+    } finally {
+      lease?.release();
+    }
+  }
+
+  private async createAndWait(
+    user: UserRec,
+    p: CreateParams,
+    timeout: number,
+    lease: WaitLease | null,
+    signal?: AbortSignal,
+  ): Promise<Record<string, unknown>[]> {
     const { instances, summary } = await this.store.tx(async (tx) => {
       const r = await createInTx(this.deps, tx, user, p);
       return { instances: r.instances, summary: r.group ? await this.deps.groups.summary(tx, r.group) : null };
     });
-    const timeout = p.autostart ? this.timeout(p.wait_timeout_ms, 0) : 0;
     const deadline = this.deps.clock.now() + timeout;
     const out: Record<string, unknown>[] = [];
     for (const inst of instances) {
       let state = inst.state;
       let boot: number | null = null;
-      if (timeout > 0) {
-        await this.waitBooted(inst.id, Math.max(0, deadline - this.deps.clock.now()), signal);
+      if (lease) {
+        await this.waitBooted(lease, inst.id, Math.max(0, deadline - this.deps.clock.now()), signal);
         const now = await this.store.read((tx) => tx.instances.getAny(inst.id));
         state = now?.state ?? state;
         boot = now?.boot_time_us ?? null;
@@ -228,7 +256,7 @@ export class InstanceService {
         private_ip: inst.private_ip,
       };
       if (summary) e.service_group = summary;
-      if (timeout > 0 && boot !== null) e.boot_time_us = boot;
+      if (lease && boot !== null) e.boot_time_us = boot;
       out.push(e);
     }
     return out;
@@ -256,7 +284,13 @@ export class InstanceService {
    */
   async wait(user: UserRec, t: Target, state: InstanceState, timeoutMs: number, signal?: AbortSignal) {
     const inst = await this.store.read((tx) => findInstance(tx, user, t));
-    const r = await this.waitState(inst.id, [state], timeoutMs, signal);
+    const lease = this.waits.reserve(user.id, 1);
+    let r;
+    try {
+      r = await this.waitState(lease, inst.id, [state], timeoutMs, signal);
+    } finally {
+      lease.release();
+    }
     if (!r) throw err('UH_TIMEOUT', `instance '${inst.name}' did not reach state '${state}' within ${timeoutMs} ms`);
     if (r.state === undefined) throw err('UH_NOT_FOUND', `instance '${inst.name}' was deleted while waiting`);
     return { uuid: inst.id, name: inst.name, state: r.state };
@@ -266,8 +300,9 @@ export class InstanceService {
    * Resolves when the instance is running, or stopped for good (its boot
    * failed or it ended, and no restart is due): waiting longer cannot help.
    */
-  waitBooted(id: string, timeoutMs: number, signal?: AbortSignal) {
+  waitBooted(lease: WaitLease, id: string, timeoutMs: number, signal?: AbortSignal) {
     return this.waitUntil(
+      lease,
       id,
       (rec) => rec.state === 'running' || (rec.state === 'stopped' && rec.desired === 'stopped'),
       timeoutMs,
@@ -276,14 +311,19 @@ export class InstanceService {
   }
 
   /** Resolves when the instance is in one of `states`; undefined on timeout, abort or deletion. */
-  waitState(id: string, states: InstanceState[], timeoutMs: number, signal?: AbortSignal) {
-    return this.waitUntil(id, (rec) => states.includes(rec.state), timeoutMs, signal);
+  waitState(lease: WaitLease, id: string, states: InstanceState[], timeoutMs: number, signal?: AbortSignal) {
+    return this.waitUntil(lease, id, (rec) => states.includes(rec.state), timeoutMs, signal);
   }
 
   /** Re-checks `done` after each change of the instance; `{state: undefined}` when it was deleted. */
-  private waitUntil(id: string, done: (rec: InstanceRec) => boolean, timeoutMs: number, signal?: AbortSignal) {
-    return waitForChange(
-      this.store,
+  private waitUntil(
+    lease: WaitLease,
+    id: string,
+    done: (rec: InstanceRec) => boolean,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ) {
+    return lease.wait(
       'instance',
       id,
       async () => {
