@@ -20,6 +20,8 @@ export interface Config {
   maxTimeoutMs: number;
   /** concurrent waits (GET wait targets, start/create with a wait timeout) one user may hold */
   maxWaitsPerUser: number;
+  /** requests per user and window (all the user's tokens together); `max: 0` turns the limit off */
+  rateLimit: { max: number; windowMs: number };
   /** largest log chunk one request returns, bytes */
   maxLogChunk: number;
   /** private network for instances (IPv4 CIDR); the first host address is the gateway */
@@ -78,6 +80,8 @@ export const DEFAULTS: Config = {
   maxTimeoutMs: 3_600_000,
   maxLogChunk: 16383,
   maxWaitsPerUser: 256,
+  // Generous: 100 requests/s per user on average, far above what the official clients send.
+  rateLimit: { max: 6000, windowMs: 60_000 },
   subnet: '10.88.0.0/16',
   defaultQuotas: {
     hard: {
@@ -136,6 +140,12 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;
   if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;
   if (env.UNIHOST_LOG_LEVEL) c.logLevel = env.UNIHOST_LOG_LEVEL;
+  if (env.UNIHOST_RATE_LIMIT) {
+    const max = Number(env.UNIHOST_RATE_LIMIT);
+    if (!Number.isInteger(max) || max < 0)
+      throw new Error(`UNIHOST_RATE_LIMIT '${env.UNIHOST_RATE_LIMIT}' is not a whole number of requests (0 = off)`);
+    c.rateLimit = { max };
+  }
   if (env.UNIHOST_ACCEL) c.machines = { accel: env.UNIHOST_ACCEL as MachinesConfig['accel'] };
   if (env.UNIHOST_GATEWAY_LISTEN) c.gateway = { listen: env.UNIHOST_GATEWAY_LISTEN };
   if (env.UNIHOST_NETWORK) c.network = { enabled: !/^(0|false|off|no)$/i.test(env.UNIHOST_NETWORK) };

@@ -62,7 +62,7 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   const controllers = (await opts.controllers?.(services, logger)) ?? [];
   for (const c of controllers) await c.start();
   services.controllers = controllers;
-  const api = buildApi({ services, logger, bodyLimit: config.bodyLimit });
+  const api = buildApi({ services, logger, bodyLimit: config.bodyLimit, rateLimit: config.rateLimit });
   const { host, port } = splitListen(config.listen);
   await api.listen({ host, port });
   const addr = api.server.address();

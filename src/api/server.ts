@@ -7,6 +7,7 @@ import { RawArray, type Ctx, type EndpointDef, type Entry, type Result } from '.
 import { compile, parseRequest, UUID_RE, type Compiled } from './request.js';
 import { ENDPOINTS } from './routes/index.js';
 import { buildOpenApi } from './openapi.js';
+import { registerRateLimit, type RateLimitOptions } from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -20,6 +21,10 @@ export interface ApiOptions {
   logger: Logger;
   /** largest accepted request body in bytes */
   bodyLimit?: number;
+  /** per-user request rate limit; absent or `max: 0` = none */
+  rateLimit?: RateLimitOptions;
+  /** serve HTTPS with this certificate chain and key (PEM) */
+  https?: { cert: string | Buffer; key: string | Buffer };
 }
 
 const opTime = (req: FastifyRequest): number => Number((process.hrtime.bigint() - req.t0) / 1000n);
@@ -235,6 +240,14 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
   const staticPaths = new Set(ENDPOINTS.map((d) => d.path).filter((p) => !p.includes(':')));
   const isOtherRoute = (req: FastifyRequest): boolean => staticPaths.has(req.url.split('?')[0]!.replace(/\/+$/, ''));
 
+  if (opts.rateLimit) registerRateLimit(app as unknown as FastifyInstance, opts.rateLimit);
+  // In a plugin, so the routes are added after the rate limiter (registered above) has loaded.
+  void app.register(async (scope) => addRoutes(scope as unknown as FastifyInstance, services, isOtherRoute));
+  return app as unknown as FastifyInstance;
+}
+
+/** The endpoint table's routes, and the few fixed ones. */
+function addRoutes(app: FastifyInstance, services: Services, isOtherRoute: (req: FastifyRequest) => boolean): void {
   for (const def of ENDPOINTS) {
     const c = compile(def as EndpointDef);
     const handler = async (req: FastifyRequest, reply: FastifyReply) => {
@@ -271,5 +284,4 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     op_time_us: opTime(req),
   }));
   app.get('/', async (req) => ({ status: 'success', message: 'unihost API v1', op_time_us: opTime(req) }));
-  return app as unknown as FastifyInstance;
 }
