@@ -22,6 +22,7 @@ export interface Config {
   maxWaitsPerUser: number;
   /** requests per user and window (all the user's tokens together); `max: 0` turns the limit off */
   rateLimit: { max: number; windowMs: number };
+  capacity: CapacityConfig;
   /** largest log chunk one request returns, bytes */
   maxLogChunk: number;
   /** private network for instances (IPv4 CIDR); the first host address is the gateway */
@@ -31,6 +32,15 @@ export interface Config {
   machines: MachinesConfig;
   network: NetworkConfig;
   gateway: GatewayConfig;
+}
+
+/** Host admission control: how much RAM the guests of all users may hold together. */
+export interface CapacityConfig {
+  /** guest memory budget in MB; 0 = `memoryFraction` of the host's MemTotal */
+  memoryMb: number;
+  memoryFraction: number;
+  /** counted per VM on top of its `memory_mb` (QEMU itself, its TCG translation buffer) */
+  vmOverheadMb: number;
 }
 
 export interface GatewayConfig {
@@ -82,6 +92,8 @@ export const DEFAULTS: Config = {
   maxWaitsPerUser: 256,
   // Generous: 100 requests/s per user on average, far above what the official clients send.
   rateLimit: { max: 6000, windowMs: 60_000 },
+  // The rest of the host's RAM stays for the kernel, the daemon and page cache.
+  capacity: { memoryMb: 0, memoryFraction: 0.8, vmOverheadMb: 48 },
   subnet: '10.88.0.0/16',
   defaultQuotas: {
     hard: {
@@ -140,6 +152,12 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;
   if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;
   if (env.UNIHOST_LOG_LEVEL) c.logLevel = env.UNIHOST_LOG_LEVEL;
+  if (env.UNIHOST_HOST_MEMORY_MB) {
+    const mb = Number(env.UNIHOST_HOST_MEMORY_MB);
+    if (!Number.isInteger(mb) || mb < 0)
+      throw new Error(`UNIHOST_HOST_MEMORY_MB '${env.UNIHOST_HOST_MEMORY_MB}' is not a whole number of MB (0 = auto)`);
+    c.capacity = { memoryMb: mb };
+  }
   if (env.UNIHOST_RATE_LIMIT) {
     const max = Number(env.UNIHOST_RATE_LIMIT);
     if (!Number.isInteger(max) || max < 0)

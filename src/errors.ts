@@ -111,6 +111,12 @@ export const ERROR_CODES = {
     api: ApiErrorNumber.CertCNMisMatch,
     doc: 'The certificate does not cover the domain.',
   },
+  /** Starting would take the guests' RAM over the host's memory budget (all users together). */
+  UH_HOST_FULL: {
+    http: 503,
+    api: ApiErrorNumber.NoFree,
+    doc: 'The host has no memory left for another guest; try again after instances stop.',
+  },
   /** No free resource (addresses, ports) is left. */
   UH_NO_FREE: { http: 503, api: ApiErrorNumber.NoFree, doc: 'No free resource is left.' },
   /** The operation failed on the host. */

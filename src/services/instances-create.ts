@@ -7,6 +7,7 @@ import { err } from '../errors.js';
 import type { InstanceRec, RestartPolicy, ServiceGroupRec, Tx, UserRec, VolumeRec } from '../store/types.js';
 import type { Deps } from './index.js';
 import type { GroupDescription } from './groups.js';
+import { assertHostCapacity } from './capacity.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { checkMountPath } from './volumes.js';
 
@@ -160,6 +161,7 @@ export async function createInTx(
   const count = 1 + (p.replicas ?? 0);
   const live = p.autostart ? count : 0;
   await assertQuota(tx, deps.config, user, { instances: count, live_instances: live, live_memory_mb: live * memory });
+  await assertHostCapacity(tx, deps.config.capacity, live, live * memory);
 
   let group: ServiceGroupRec | null = null;
   const sg = p.service_group;

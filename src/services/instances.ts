@@ -5,6 +5,7 @@ import type { InstanceRec, InstanceState, Store, Tx, UserRec } from '../store/ty
 import { ConsoleLog } from '../machines/console-log.js';
 import type { Deps } from './index.js';
 import { createInTx, type CreateParams } from './instances-create.js';
+import { assertHostCapacity } from './capacity.js';
 import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
 
@@ -135,8 +136,10 @@ export class InstanceService {
     const to = nextState(inst.state, 'start');
     if (to) {
       patch.stop_request = null;
-      if (!isLive(inst.state))
+      if (!isLive(inst.state)) {
         await assertQuota(tx, this.deps.config, user, { live_instances: 1, live_memory_mb: inst.memory_mb });
+        await assertHostCapacity(tx, this.deps.config.capacity, 1, inst.memory_mb);
+      }
       patch.state = to;
     }
     await tx.instances.update(inst.id, patch);

@@ -242,6 +242,8 @@ export interface Tx {
     ipTaken(ip: string): Promise<boolean>;
     /** the instance holding a private IP (DNS: who is asking) */
     getByIp(ip: string): Promise<InstanceRec | undefined>;
+    /** live instances (not `stopped`) of every user and their memory: host admission control */
+    hostLive(): Promise<{ vms: number; memory_mb: number }>;
     /** private IP of the most recently created instance that has one */
     lastIp(): Promise<string | undefined>;
   };

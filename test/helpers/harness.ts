@@ -63,6 +63,8 @@ export async function startHarness(
     dataDir,
     machines: { ...DEFAULTS.machines, ...over.machines },
     network: { ...DEFAULTS.network, ...over.network },
+    // A fixed budget: results must not depend on the RAM of the machine running the tests.
+    capacity: { ...DEFAULTS.capacity, memoryMb: 1_000_000, ...over.capacity },
     defaultQuotas: {
       hard: { ...DEFAULTS.defaultQuotas.hard, ...over.defaultQuotas?.hard },
       limits: { ...DEFAULTS.defaultQuotas.limits, ...over.defaultQuotas?.limits },

@@ -284,6 +284,10 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }, ca
         const row = prep('SELECT id FROM instances WHERE private_ip=?').get(ip) as { id: string } | undefined;
         return row ? instanceById(row.id) : undefined;
       },
+      hostLive: async () =>
+        prep(
+          "SELECT count(*) AS vms, coalesce(sum(memory_mb),0) AS memory_mb FROM instances WHERE state<>'stopped'",
+        ).get() as { vms: number; memory_mb: number },
       ipTaken: async (ip) => prep('SELECT 1 FROM instances WHERE private_ip=?').get(ip) !== undefined,
       lastIp: async () =>
         (
