@@ -7,6 +7,8 @@ import type { Hard, Limits } from './store/types.js';
 export interface Config {
   /** `host:port` the API listens on */
   listen: string;
+  /** serve the API over HTTPS: PEM files of the certificate (chain) and its key; both empty = plain HTTP */
+  tls: { cert: string; key: string };
   dataDir: string;
   /** IATA-like metro code shown to users */
   metro: string;
@@ -82,6 +84,7 @@ export function defaultDataDir(): string {
 
 export const DEFAULTS: Config = {
   listen: '127.0.0.1:7878',
+  tls: { cert: '', key: '' },
   dataDir: defaultDataDir(),
   metro: 'local',
   metroDomain: 'unihost.localhost',
@@ -148,6 +151,7 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   const c: DeepPartial<Config> = {};
   if (env.UNIHOST_LISTEN) c.listen = env.UNIHOST_LISTEN;
   if (env.UNIHOST_DATA_DIR) c.dataDir = env.UNIHOST_DATA_DIR;
+  if (env.UNIHOST_TLS_CERT || env.UNIHOST_TLS_KEY) c.tls = { cert: env.UNIHOST_TLS_CERT, key: env.UNIHOST_TLS_KEY };
   if (env.UNIHOST_METRO) c.metro = env.UNIHOST_METRO;
   if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;
   if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;

@@ -1,4 +1,4 @@
-import { chmodSync, mkdirSync } from 'node:fs';
+import { chmodSync, mkdirSync, readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
@@ -53,21 +53,37 @@ export function restrictFileModes(dataDir: string): void {
   chmodSync(dataDir, 0o700);
 }
 
+/** The API's certificate and key when TLS is configured (both or neither), read before anything starts. */
+function tlsFiles(config: Config): { cert: Buffer; key: Buffer } | undefined {
+  const { cert, key } = config.tls;
+  if (!cert && !key) return undefined;
+  if (!cert || !key) throw new Error('TLS needs both a certificate (--tls-cert) and its key (--tls-key)');
+  const read = (file: string, what: string): Buffer => {
+    try {
+      return readFileSync(file);
+    } catch (e) {
+      throw new Error(`cannot read the TLS ${what} ${file}: ${(e as Error).message}`);
+    }
+  };
+  return { cert: read(cert, 'certificate'), key: read(key, 'key') };
+}
+
 /** Opens the store, wires the services, starts controllers and the API. */
 export async function startDaemon(config: Config, opts: DaemonOptions = {}): Promise<Daemon> {
   const logger = opts.logger ?? pino({ level: config.logLevel });
+  const https = tlsFiles(config);
   restrictFileModes(config.dataDir);
   const store = new SqliteStore(pathsFor(config.dataDir).db);
   const services = createServices(config, store, opts.clock);
   const controllers = (await opts.controllers?.(services, logger)) ?? [];
   for (const c of controllers) await c.start();
   services.controllers = controllers;
-  const api = buildApi({ services, logger, bodyLimit: config.bodyLimit, rateLimit: config.rateLimit });
+  const api = buildApi({ services, logger, bodyLimit: config.bodyLimit, rateLimit: config.rateLimit, https });
   const { host, port } = splitListen(config.listen);
   await api.listen({ host, port });
   const addr = api.server.address();
   const actualPort = typeof addr === 'object' && addr ? addr.port : port;
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
+  const url = `${https ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
   logger.info({ url, dataDir: config.dataDir }, 'unihost API listening');
   return {
     config,

@@ -184,6 +184,7 @@ async function runEntries(
 export function buildApi(opts: ApiOptions): FastifyInstance {
   const { services } = opts;
   const app = Fastify({
+    ...(opts.https ? { https: opts.https } : {}),
     loggerInstance: opts.logger,
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     logController: new LogController({ disableRequestLogging: true }),

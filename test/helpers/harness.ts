@@ -73,6 +73,9 @@ export async function startHarness(
   const daemon = await startDaemon(config, {
     logger: pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }),
     controllers: controllers ? (s) => controllers(s) : undefined,
+  }).catch((e: unknown) => {
+    rmSync(dataDir, { recursive: true, force: true });
+    throw e;
   });
   return {
     daemon,
