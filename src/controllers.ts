@@ -7,6 +7,7 @@ import { QemuDriver } from './machines/qemu/driver.js';
 import { MachineController } from './reconcile/machines.js';
 import { GatewayController } from './reconcile/gateway.js';
 import { NetworkController } from './reconcile/network.js';
+import { waitForPort } from './network/probe.js';
 import { VolumeController } from './reconcile/volumes.js';
 import type { Services } from './services/index.js';
 
@@ -44,6 +45,7 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
     services: s,
     driver: await machineDriver(s, log),
     log,
+    probePort: network ? (ip, port, signal) => waitForPort(ip, port, signal) : undefined,
     bootTimeoutMs: s.config.machines.bootTimeoutMs,
     stopTimeoutMs: s.config.machines.stopTimeoutMs,
   });

@@ -1,8 +1,9 @@
-import { chmodSync, mkdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
 import type { Config } from './config.js';
+import { restrictFileModes } from './file-modes.js';
 import { createServices, pathsFor, type Clock, type Services } from './services/index.js';
 import { SqliteStore } from './store/sqlite/index.js';
 import type { Store } from './store/types.js';
@@ -38,19 +39,6 @@ export function splitListen(listen: string): { host: string; port: number } {
   if (!Number.isInteger(port) || port < 0 || port > 65535)
     throw new Error(`listen address '${listen}' has no valid port`);
   return { host, port };
-}
-
-/**
- * Whatever launched the daemon (a script, a unit file, a shell with umask
- * 022), the files it creates hold tenants' data (database, volume images,
- * console logs) and are for root only: the daemon and its children (QEMU,
- * mkfs) create files with mode 0600/0700, and the data dir of an existing
- * install is closed to others.
- */
-export function restrictFileModes(dataDir: string): void {
-  process.umask(0o077);
-  mkdirSync(dataDir, { recursive: true });
-  chmodSync(dataDir, 0o700);
 }
 
 /** The API's certificate and key when TLS is configured (both or neither), read before anything starts. */

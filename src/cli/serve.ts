@@ -1,7 +1,5 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config.js';
-import { startDaemon } from '../daemon.js';
-import { defaultControllers } from '../controllers.js';
 
 interface ServeOpts {
   listen?: string;
@@ -31,6 +29,9 @@ export function registerServe(program: Command): void {
     .action(async (o: ServeOpts) => {
       const { tlsCert, tlsKey, ...rest } = o;
       const config = loadConfig({ ...rest, tls: { cert: tlsCert, key: tlsKey } });
+      // loaded here, not at the top: client commands start faster without the daemon's modules
+      const { startDaemon } = await import('../daemon.js');
+      const { defaultControllers } = await import('../controllers.js');
       const d = await startDaemon(config, { controllers: defaultControllers });
       let closing = false;
       const shutdown = (sig: string) => {

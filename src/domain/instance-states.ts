@@ -54,3 +54,31 @@ export const STOP_INFO_STATES: ReadonlySet<InstanceState> = new Set(['draining',
 
 /** stop_reason bits (api-v1.md, Stop reason). */
 export const STOP = { K: 1, A: 2, P: 4, U: 8, F: 16 } as const;
+
+const REASONS = ['OK', 'EXP', 'MATH', 'INVLOP', 'PGFAULT', 'SEGFAULT', 'HWERR', 'SECERR'];
+
+/** The stop fields as a reader wants them in a message: `stop_reason 1, stop_code 0x7f01 (EXP, errno 0, initlvl 127)`. */
+export function describeStop(r: {
+  stop_reason: number | null;
+  exit_code: number | null;
+  stop_code: number | null;
+}): string {
+  const parts = [`stop_reason ${r.stop_reason ?? 'unknown'}`];
+  if (r.exit_code !== null) parts.push(`exit_code ${r.exit_code}`);
+  if (r.stop_code !== null) {
+    const reason = r.stop_code & 0xff;
+    parts.push(
+      `stop_code 0x${r.stop_code.toString(16)} (${REASONS[reason] ?? reason}, errno ${(r.stop_code >> 16) & 0xff}, initlvl ${(r.stop_code >> 8) & 0x7f})`,
+    );
+  }
+  return parts.join(', ');
+}
+
+/** The stop fields of a stopped instance, for answers of calls that waited for it to run. */
+export function stopFields(r: { stop_reason: number | null; exit_code: number | null; stop_code: number | null }) {
+  const out: Record<string, number> = {};
+  if (r.stop_reason !== null) out.stop_reason = r.stop_reason;
+  if (r.exit_code !== null) out.exit_code = r.exit_code;
+  if (r.stop_code !== null) out.stop_code = r.stop_code;
+  return out;
+}

@@ -2,7 +2,16 @@ import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { err } from '../errors.js';
 import { syncDir, tempName } from './fsutil.js';
-import { detectMachine, MACHINES, type Machine } from './kernel-type.js';
+import {
+  bootDefaults,
+  CONTRACTS,
+  detectKernelFormat,
+  detectMachine,
+  FIRMWARES,
+  MACHINES,
+  SHUTDOWNS,
+  type BootDefaults,
+} from './kernel-type.js';
 import { ImageLayout } from './layout.js';
 import {
   ANN,
@@ -17,7 +26,7 @@ import {
 import { extractFiles } from './tar-layer.js';
 
 /** What a driver needs to boot an image (the `images` part of the guest boot contract). */
-export interface BootFiles {
+export interface BootFiles extends BootDefaults {
   kernel: string;
   initrd?: string;
   /** kernel arguments of the image, before the platform's */
@@ -26,9 +35,10 @@ export interface BootFiles {
   args: string[];
   /** default environment (config Env) */
   env: Record<string, string>;
-  machine: Machine;
   /** 0 when the image states no minimum */
   minMemoryMb: number;
+  /** TCP ports the application listens on (config ExposedPorts): readiness is when they accept */
+  ports: number[];
 }
 
 /** The metadata of an image held in the layout, from its manifest and config. */
@@ -37,9 +47,10 @@ export interface ImageInfo {
   args: string[];
   env: Record<string, string>;
   kernelArgs: string;
-  /** from the annotation; null when the kernel file must tell */
-  machine: Machine | null;
+  /** from the annotations; absent ones follow from the kernel file (bootDefaults) */
+  boot: Partial<BootDefaults>;
   minMemoryMb: number;
+  ports: number[];
 }
 
 export function parseEnv(list: string[] | null | undefined): Record<string, string> {
@@ -51,26 +62,41 @@ export function parseEnv(list: string[] | null | undefined): Record<string, stri
   return env;
 }
 
+/** TCP ports of OCI `ExposedPorts` (`"8080/tcp"`, `"8080"`); other protocols are not probed. */
+export function parsePorts(exposed: Record<string, object> | null | undefined): number[] {
+  const out = new Set<number>();
+  for (const k of Object.keys(exposed ?? {})) {
+    const m = /^(\d{1,5})(?:\/tcp)?$/i.exec(k);
+    if (m && Number(m[1]) >= 1 && Number(m[1]) <= 65535) out.add(Number(m[1]));
+  }
+  return [...out].sort((a, b) => a - b);
+}
+
+/** An annotation that must be one of `allowed`, or absent. */
+function oneOf<T extends string>(digest: string, a: Record<string, string>, key: string, allowed: readonly T[]) {
+  const v = a[key];
+  if (v !== undefined && !(allowed as readonly string[]).includes(v)) {
+    throw err('UH_INVALID', `image ${digest}: annotation ${key}='${v}' is not one of ${allowed.join(', ')}`);
+  }
+  return v as T | undefined;
+}
+
 function annotationsInfo(
   digest: string,
   a: Record<string, string>,
-): Pick<ImageInfo, 'kernelArgs' | 'machine' | 'minMemoryMb'> {
-  const machine = a[ANN.machine];
-  if (machine !== undefined && !(MACHINES as string[]).includes(machine)) {
-    throw err(
-      'UH_INVALID',
-      `image ${digest}: annotation ${ANN.machine}='${machine}' is not one of ${MACHINES.join(', ')}`,
-    );
-  }
+): Pick<ImageInfo, 'kernelArgs' | 'boot' | 'minMemoryMb'> {
   const mem = a[ANN.minMemoryMb];
   if (mem !== undefined && !/^\d{1,7}$/.test(mem)) {
     throw err('UH_INVALID', `image ${digest}: annotation ${ANN.minMemoryMb}='${mem}' is not a number of MiB`);
   }
-  return {
-    kernelArgs: a[ANN.kernelArgs] ?? '',
-    machine: (machine as Machine | undefined) ?? null,
-    minMemoryMb: mem ? Number(mem) : 0,
+  const boot: Partial<BootDefaults> = {
+    machine: oneOf(digest, a, ANN.machine, MACHINES),
+    firmware: oneOf(digest, a, ANN.firmware, FIRMWARES),
+    contract: oneOf(digest, a, ANN.contract, CONTRACTS),
+    shutdown: oneOf(digest, a, ANN.shutdown, SHUTDOWNS),
   };
+  for (const k of Object.keys(boot) as (keyof BootDefaults)[]) if (boot[k] === undefined) delete boot[k];
+  return { kernelArgs: a[ANN.kernelArgs] ?? '', boot, minMemoryMb: mem ? Number(mem) : 0 };
 }
 
 /** Reads an image's manifest and config from the layout. */
@@ -89,6 +115,7 @@ export async function readImage(layout: ImageLayout, digest: string): Promise<Im
     manifest,
     args: [...(c.Entrypoint ?? []), ...(c.Cmd ?? [])],
     env: parseEnv(c.Env),
+    ports: parsePorts(c.ExposedPorts),
     ...annotationsInfo(digest, manifest.annotations ?? {}),
   };
 }
@@ -146,13 +173,19 @@ export async function imageBootFiles(paths: { images: string }, digest: string):
   if (!(await stat(kernel).catch(() => undefined))) await unpack(layout, digest, info.manifest, dir);
   const initrd = join(dir, 'initrd');
   const hasInitrd = (await stat(initrd).catch(() => undefined)) !== undefined;
+  const b = info.boot;
+  const known = b.machine && b.firmware && b.contract && b.shutdown;
+  const format = known ? null : await detectKernelFormat(kernel);
+  if (!known && !format && !b.machine) await detectMachine(kernel, `of image ${digest}`); // throws the readable error
   return {
     kernel,
     ...(hasInitrd ? { initrd } : {}),
     kernelArgs: info.kernelArgs,
     args: info.args,
     env: info.env,
-    machine: info.machine ?? (await detectMachine(kernel, `of image ${digest}`)),
+    ...bootDefaults(format, b.machine),
+    ...b,
     minMemoryMb: info.minMemoryMb,
+    ports: info.ports,
   };
 }

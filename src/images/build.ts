@@ -1,6 +1,6 @@
 import { stat } from 'node:fs/promises';
 import { err } from '../errors.js';
-import { detectMachine, type Machine } from './kernel-type.js';
+import { detectMachine, type Contract, type Firmware, type Machine, type Shutdown } from './kernel-type.js';
 import type { BlobRef, ImageLayout } from './layout.js';
 import {
   ANN,
@@ -28,6 +28,14 @@ export interface KernelImageSpec {
   env?: Record<string, string>;
   /** detected from the kernel file when absent */
   machine?: Machine;
+  /** firmware of machine `pc` (org.unihost.firmware); SeaBIOS when absent */
+  firmware?: Firmware;
+  /** from the kernel format when absent (org.unihost.contract) */
+  contract?: Contract;
+  /** whether the kernel honours shutdown requests; from the kernel format when absent */
+  shutdown?: Shutdown;
+  /** TCP ports the application listens on (config ExposedPorts) */
+  ports?: number[];
   minMemoryMb?: number;
   kernelVersion?: string;
 }
@@ -50,6 +58,9 @@ async function requireFile(path: string, what: string): Promise<void> {
 function checkSpec(s: KernelImageSpec): void {
   for (const k of Object.keys(s.env ?? {})) {
     if (!ENV_KEY.test(k)) throw err('UH_INVALID', `environment variable name '${k}' is invalid`);
+  }
+  for (const p of s.ports ?? []) {
+    if (!Number.isInteger(p) || p < 1 || p > 65535) throw err('UH_INVALID', `port ${p} is not a TCP port (1-65535)`);
   }
   if (s.minMemoryMb !== undefined && (!Number.isInteger(s.minMemoryMb) || s.minMemoryMb < 1)) {
     throw err('UH_INVALID', `minimum memory must be a positive whole number of MiB, not ${s.minMemoryMb}`);
@@ -74,8 +85,10 @@ export async function buildKernelImage(layout: ImageLayout, s: KernelImageSpec):
   const layers = [await fileLayer(layout, s.kernel, KERNEL_PATH, ANN.kernelImage)];
   if (s.initrd !== undefined) layers.push(await fileLayer(layout, s.initrd, INITRD_PATH, ANN.kernelInitrd));
 
-  const inner: { Cmd?: string[]; Env?: string[] } = {};
+  const inner: { Cmd?: string[]; Env?: string[]; ExposedPorts?: Record<string, object> } = {};
   if (s.args && s.args.length > 0) inner.Cmd = s.args;
+  const ports = [...new Set(s.ports ?? [])].sort((a, b) => a - b);
+  if (ports.length > 0) inner.ExposedPorts = Object.fromEntries(ports.map((p) => [`${p}/tcp`, {}]));
   const env = Object.entries(s.env ?? {}).map(([k, v]) => `${k}=${v}`);
   if (env.length > 0) inner.Env = env;
   const config = {
@@ -90,6 +103,9 @@ export async function buildKernelImage(layout: ImageLayout, s: KernelImageSpec):
   if (s.kernelVersion) annotations[ANN.kernelVersion] = s.kernelVersion;
   if (s.kernelArgs) annotations[ANN.kernelArgs] = s.kernelArgs;
   if (s.minMemoryMb !== undefined) annotations[ANN.minMemoryMb] = String(s.minMemoryMb);
+  if (s.firmware) annotations[ANN.firmware] = s.firmware;
+  if (s.contract) annotations[ANN.contract] = s.contract;
+  if (s.shutdown) annotations[ANN.shutdown] = s.shutdown;
   const manifest: Manifest = {
     schemaVersion: 2,
     mediaType: MT.manifest,

@@ -12,6 +12,41 @@ export const MACHINES: readonly Machine[] = ['microvm', 'pc'];
 
 export type KernelFormat = 'multiboot' | 'pvh' | 'bzimage';
 
+/** Firmware of machine `pc`: QEMU's default SeaBIOS, or qboot (~40 ms faster; some kernels fail on it). */
+export type Firmware = 'seabios' | 'qboot';
+export const FIRMWARES: readonly Firmware[] = ['seabios', 'qboot'];
+
+/** How the guest reports to the host (docs/guest-contract.md): control channel, or console + exit port. */
+export type Contract = 'unihost' | 'unikraft';
+export const CONTRACTS: readonly Contract[] = ['unihost', 'unikraft'];
+
+/** Whether the kernel reacts to a shutdown request (ACPI power button). */
+export type Shutdown = 'acpi' | 'none';
+export const SHUTDOWNS: readonly Shutdown[] = ['acpi', 'none'];
+
+/** How an image boots when its metadata says nothing: by kernel format (docs/images.md). */
+export interface BootDefaults {
+  machine: Machine;
+  firmware: Firmware;
+  contract: Contract;
+  shutdown: Shutdown;
+}
+
+/**
+ * Multiboot kernels are Unikraft's: console + isa-debug-exit, and stock
+ * Unikraft ignores the ACPI power button. The others are Linux kernels that
+ * run the project's init (control channel, acpid).
+ */
+export function bootDefaults(f: KernelFormat | null, machine?: Machine): BootDefaults {
+  const unikraft = f === 'multiboot' || (f === null && machine === 'pc');
+  return {
+    machine: machine ?? (f === 'pvh' ? 'microvm' : 'pc'),
+    firmware: 'seabios',
+    contract: unikraft ? 'unikraft' : 'unihost',
+    shutdown: unikraft ? 'none' : 'acpi',
+  };
+}
+
 const MULTIBOOT_MAGIC = 0x1badb002;
 /** The Multiboot v1 spec places the header 4-byte aligned in the first 8 KiB. */
 const MULTIBOOT_SEARCH = 8192;

@@ -135,7 +135,19 @@ describe('image layout: packing kernels', () => {
     assert.deepEqual(readFileSync(b.initrd!), readFileSync(initrd));
     assert.deepEqual(
       { ...b, kernel: '', initrd: '' },
-      { kernel: '', initrd: '', kernelArgs: 'ka', args: ['x'], env: { K: 'v' }, machine: 'microvm', minMemoryMb: 0 },
+      {
+        kernel: '',
+        initrd: '',
+        kernelArgs: 'ka',
+        args: ['x'],
+        env: { K: 'v' },
+        machine: 'microvm',
+        firmware: 'seabios',
+        contract: 'unihost',
+        shutdown: 'acpi',
+        minMemoryMb: 0,
+        ports: [],
+      },
     );
     const ino = statSync(b.kernel).ino;
     const again = await Promise.all([1, 2, 3].map(() => imageBootFiles({ images: layout.root }, digest)));

@@ -37,6 +37,12 @@ export const ANN = {
   kernelArgs: 'org.unihost.kernel.args',
   /** unihost: QEMU machine type, `microvm` or `pc` */
   machine: 'org.unihost.machine',
+  /** unihost: QEMU firmware for machine `pc`: `seabios` (QEMU's default) or `qboot` (faster, fewer kernels boot) */
+  firmware: 'org.unihost.firmware',
+  /** unihost: how the guest reports to the host, `unihost` (control channel) or `unikraft` (console + exit port) */
+  contract: 'org.unihost.contract',
+  /** unihost: whether the kernel honours a shutdown request (ACPI power button): `acpi` or `none` */
+  shutdown: 'org.unihost.shutdown',
   /** unihost: smallest guest memory in MiB the image boots with (decimal string) */
   minMemoryMb: 'org.unihost.min-memory-mb',
   /** OCI: tag name of an index entry */
@@ -81,7 +87,13 @@ export interface Manifest {
 export interface ImageConfig {
   architecture?: string;
   os?: string;
-  config?: { Cmd?: string[] | null; Entrypoint?: string[] | null; Env?: string[] | null };
+  config?: {
+    Cmd?: string[] | null;
+    Entrypoint?: string[] | null;
+    Env?: string[] | null;
+    /** OCI: ports the application listens on, `"8080/tcp": {}` */
+    ExposedPorts?: Record<string, object> | null;
+  };
   rootfs?: { type: string; diff_ids: string[] };
 }
 

@@ -9,6 +9,9 @@ export type Machine = 'microvm' | 'pc';
 /** How the guest reports to the host (docs/guest-contract.md). */
 export type Contract = 'unihost' | 'unikraft';
 
+/** Whether the kernel honours a shutdown request (ACPI power button). */
+export type Shutdown = 'acpi' | 'none';
+
 export interface Disk {
   path: string;
   /** the `vfs.fstab` tag; also the virtio-blk serial */
@@ -27,6 +30,8 @@ export interface MachineSpec {
   cmdline: string;
   memoryMb: number;
   machine: Machine;
+  /** firmware of machine `pc`; microvm always uses QEMU's own */
+  firmware?: 'seabios' | 'qboot';
   contract: Contract;
   nic?: { tap: string; mac: string };
   disks: Disk[];
@@ -61,7 +66,17 @@ export type MachineEvent =
   /** the application is about to start (the boot time mark) */
   | { type: 'ready'; at: number }
   /** the VM is gone; `status` is the VMM's exit status when known */
-  | { type: 'exit'; at: number; status: number | null; panicked: boolean; control: ControlState; stderr: string };
+  | {
+      type: 'exit';
+      at: number;
+      status: number | null;
+      panicked: boolean;
+      control: ControlState;
+      /** the VMM's last error output */
+      stderr: string;
+      /** console output of this boot (the tail, for crash causes) */
+      console: string;
+    };
 
 export interface MachineDriver {
   readonly name: string;

@@ -1,5 +1,6 @@
 import type { Contract, ControlState } from './driver.js';
 import { STOP } from '../domain/instance-states.js';
+import { APP_INITLVL, handoverOffset, unikraftCrash } from './unikraft.js';
 
 /**
  * Maps what the host observed when a VM ended to the spec's `stop_reason`,
@@ -94,21 +95,19 @@ export function deriveStop(i: StopInput): StopInfo {
   return { stop_reason: who | STOP.K, exit_code: null, stop_code: 0 };
 }
 
-/** Stock Unikraft kernels: no control channel; isa-debug-exit 83 = halt, 85 = crash (compat-notes.md). */
+/**
+ * Stock Unikraft kernels: no control channel; isa-debug-exit 83 = halt, 85 =
+ * crash (compat-notes.md), the cause from the console (machines/unikraft.ts).
+ */
 function deriveUnikraft(i: StopInput, who: number): StopInfo {
-  const crashed =
-    i.status === 85 ||
-    i.status === 1 ||
-    i.panicked ||
-    /Abnormal termination|Could not initialize the HWRNG/.test(i.console);
+  const cause = unikraftCrash(i.console);
+  const crashed = i.status === 85 || i.status === 1 || i.panicked || cause !== null;
   if (crashed) {
-    // The HWRNG failure happens while the kernel boots (initlvl 0); other causes are taken to hit the app.
-    const hwrng = /Could not initialize the HWRNG \((-?\d+)\)/.exec(i.console);
-    const [reason, errno] = hwrng ? [1, Math.abs(Number(hwrng[1]))] : crashCause(i.console);
+    const c = cause ?? { reason: 1, errno: 0, initlvl: handoverOffset(i.console) >= 0 ? APP_INITLVL : 0 };
     return {
       stop_reason: who | STOP.K,
       exit_code: null,
-      stop_code: stopCode(reason, hwrng ? 0 : 127, errno, who !== 0),
+      stop_code: stopCode(c.reason, c.initlvl, c.errno, who !== 0),
     };
   }
   if (i.status === null && who === 0) return { stop_reason: 0, exit_code: null, stop_code: null };

@@ -12,6 +12,7 @@ import type {
   MachineEvent,
   MachineRuntime,
   MachineSpec,
+  Shutdown,
 } from '../machines/driver.js';
 import { STOP } from '../domain/instance-states.js';
 import { deriveStop, isFailure, vmmFailure, type StopInfo } from '../machines/stop-info.js';
@@ -33,13 +34,26 @@ export interface MachineControllerOptions {
   connections?: (id: string) => number | undefined;
   /** the private network; without it VMs get no NIC */
   network?: NetworkHooks;
+  /** resolves when `ip:port` accepts a TCP connection (readiness of listening apps); rejects on abort */
+  probePort?: (ip: string, port: number, signal: AbortSignal) => Promise<void>;
   timers?: TimerApi;
 }
 
 const RETRY_MS = 5_000;
 
+interface BootPlan {
+  spec: MachineSpec;
+  netUs: number | null;
+  shutdown: Shutdown;
+  readyPorts: number[];
+}
+
 interface RuntimeRec extends MachineRuntime {
   contract: Contract;
+  /** whether the kernel honours a shutdown request (image metadata) */
+  shutdown?: Shutdown;
+  /** TCP ports that must accept on the private IP before the instance is running */
+  readyPorts?: number[];
   /** when the graceful stop request was sent (ms), for escalation */
   stopSentAt?: number;
 }
@@ -64,6 +78,8 @@ export class MachineController implements Controller {
   private readonly stopTimeoutMs: number;
   private off: (() => void) | null = null;
   private closed = false;
+  /** running readiness probes, per instance: aborted when the VM ends or the daemon stops */
+  private readonly probes = new Map<string, AbortController>();
 
   constructor(private readonly o: MachineControllerOptions) {
     this.s = o.services;
@@ -93,6 +109,7 @@ export class MachineController implements Controller {
   async stop(): Promise<void> {
     this.closed = true;
     this.off?.();
+    for (const id of [...this.probes.keys()]) this.endProbe(id);
     this.timers.clearAll();
     await this.queue.drain();
     await this.driver.close();
@@ -182,9 +199,12 @@ export class MachineController implements Controller {
     switch (inst.state) {
       case 'starting':
         if (rt.spawnedAt && now - rt.spawnedAt >= this.bootTimeoutMs) {
+          const secs = Math.round(this.bootTimeoutMs / 1000);
           this.note(
             id,
-            `the guest did not signal ready within ${Math.round(this.bootTimeoutMs / 1000)} s; stopping it`,
+            inst.vmm_ready_time_us !== null && rt.readyPorts?.length
+              ? `the application did not accept connections on port ${rt.readyPorts.join(', ')} within ${secs} s; stopping it`
+              : `the guest did not signal ready within ${secs} s; stopping it`,
           );
           return this.escalate(inst);
         }
@@ -211,6 +231,10 @@ export class MachineController implements Controller {
       }
       case 'stopping':
         if (inst.stop_request?.force) return this.driver.kill(id);
+        if (rt.shutdown === 'none') {
+          this.note(id, 'the kernel does not honour shutdown requests (image metadata): ending the VM at once');
+          return this.escalate(inst);
+        }
         if (!rt.stopSentAt) {
           await this.s.store.tx((tx) => tx.instances.update(id, { runtime: { ...rt, stopSentAt: now } }));
           await this.driver.stop(id);
@@ -250,7 +274,10 @@ export class MachineController implements Controller {
         if (!cur || cur.state !== 'stopped' || cur.desired !== 'running') return;
         const user = (await tx.users.get(cur.user_id))!;
         await this.s.instances.startInTx(tx, user, cur, false);
-        await tx.instances.update(cur.id, { restart_next_at: null });
+        // A restart by policy is counted when it happens; a start that came during a stop (attempt 0,
+        // since a manual start resets the sequence) is no restart.
+        const restarted = cur.restart_attempt > 0 ? 1 : 0;
+        await tx.instances.update(cur.id, { restart_next_at: null, restart_count: cur.restart_count + restarted });
       });
     } catch (e) {
       this.note(inst.id, `restart by policy failed: ${(e as Error).message}`);
@@ -258,12 +285,11 @@ export class MachineController implements Controller {
     }
   }
 
-  private async bootSpec(inst: InstanceRec, t0: number): Promise<{ spec: MachineSpec; netUs: number | null }> {
+  private async bootSpec(inst: InstanceRec, t0: number): Promise<BootPlan> {
     const img = await imageBootFiles(this.s.paths, inst.image);
     const nic = this.o.network ? await this.o.network.attach(inst) : undefined;
     const netUs = nic ? Math.max(0, Math.round((this.now() - t0) * 1000)) : null;
     const volumes = await this.s.store.read((tx) => tx.volumes.forInstance(inst.id));
-    const contract: Contract = img.machine === 'microvm' ? 'unihost' : 'unikraft';
     const spec: MachineSpec = {
       id: inst.id,
       dir: this.s.paths.instance(inst.id),
@@ -278,11 +304,26 @@ export class MachineController implements Controller {
       }),
       memoryMb: inst.memory_mb,
       machine: img.machine,
-      contract,
+      firmware: img.firmware,
+      contract: img.contract,
       disks: volumes.map((v, i) => ({ path: this.s.paths.volume(v.id), tag: `vol${i}`, readonly: v.readonly })),
       ...(nic ? { nic: { tap: nic.tap, mac: nic.mac } } : {}),
     };
-    return { spec, netUs };
+    const readyPorts = nic ? await this.readyPorts(inst, img.ports) : [];
+    return { spec, netUs, shutdown: img.shutdown, readyPorts };
+  }
+
+  /**
+   * Ports whose opening makes the instance running: the destination ports of
+   * its service group, else the ports its image declares (docs/machines.md).
+   */
+  private async readyPorts(inst: InstanceRec, imagePorts: number[]): Promise<number[]> {
+    if (!inst.service_group_id) return imagePorts;
+    const g = await this.s.store.read((tx) => tx.groups.getAnyUser(inst.service_group_id!));
+    // a `redirect` service answers at the gateway and never reaches the instance
+    const forwarded = (g?.services ?? []).filter((sv) => !sv.handlers.includes('redirect'));
+    const ports = new Set(forwarded.map((sv) => sv.destination_port));
+    return ports.size > 0 ? [...ports].sort((a, b) => a - b) : imagePorts;
   }
 
   /** Removes the instance's tap; a failure is logged, never fatal (the next start re-creates it). */
@@ -300,8 +341,7 @@ export class MachineController implements Controller {
     const broken = volumes.find((v) => v.state === 'error');
     const t0 = this.now();
     let rt: MachineRuntime;
-    let spec: MachineSpec;
-    let netUs: number | null = null;
+    let plan: BootPlan;
     try {
       if (broken) throw new Error(`volume '${broken.name}' is in state error: ${broken.message ?? 'see the operator'}`);
       for (const v of volumes) {
@@ -311,8 +351,8 @@ export class MachineController implements Controller {
           throw new Error(`volume '${v.name}': ${problem}`);
         }
       }
-      ({ spec, netUs } = await this.bootSpec(inst, t0));
-      rt = await this.driver.start(spec);
+      plan = await this.bootSpec(inst, t0);
+      rt = await this.driver.start(plan.spec);
     } catch (e) {
       await this.detachNet(inst.id);
       this.note(inst.id, `the VM could not be started: ${(e as Error).message}`);
@@ -332,11 +372,16 @@ export class MachineController implements Controller {
     this.o.log.info({ id: inst.id, pid: rt.pid, accel: rt.accel }, 'VM started');
     await this.s.store.tx(async (tx) => {
       await tx.instances.update(inst.id, {
-        runtime: { ...rt, contract: spec.contract } satisfies RuntimeRec,
+        runtime: {
+          ...rt,
+          contract: plan.spec.contract,
+          shutdown: plan.shutdown,
+          readyPorts: plan.readyPorts,
+        } satisfies RuntimeRec,
         start_count: inst.start_count + 1,
         started_at: new Date(rt.spawnedAt).toISOString(),
         vmm_start_time_us: Math.max(0, (rt.spawnedAt - t0) * 1000),
-        net_time_us: netUs,
+        net_time_us: plan.netUs,
         vmm_load_time_us: null,
         vmm_ready_time_us: null,
         boot_time_us: null,
@@ -349,42 +394,70 @@ export class MachineController implements Controller {
     this.timers.at(inst.id, rt.spawnedAt + this.bootTimeoutMs, this.now());
   }
 
-  private async onVmEvent(id: string, ev: MachineEvent): Promise<void> {
+  private async onVmEvent(id: string, ev: MachineEvent | { type: 'listening'; at: number }): Promise<void> {
     const inst = await this.s.store.read((tx) => tx.instances.getAny(id));
     if (!inst) return;
     const rt = inst.runtime as Partial<RuntimeRec>;
-    if (ev.type === 'exit') return this.onExit(inst, rt, ev);
+    if (ev.type === 'exit') {
+      this.endProbe(id);
+      return this.onExit(inst, rt, ev);
+    }
+    // An app that listens is running when its ports accept (probed from the host), not at the handover.
+    const probe = ev.type === 'ready' && !!rt.readyPorts?.length && !!inst.private_ip && !!this.o.probePort;
+    if (probe) this.startProbe(id, inst.private_ip!, rt.readyPorts!);
     const since = (at: number): number => Math.max(0, (at - (rt.spawnedAt ?? at)) * 1000);
     // Each mark is taken once per boot (boot() clears them): an adopted VM replays its
     // control channel and reconnects QMP, which must not move the boot's timings.
-    const field = { loaded: 'vmm_load_time_us', init: 'vmm_ready_time_us', ready: 'boot_time_us' } as const;
+    const field = {
+      loaded: 'vmm_load_time_us',
+      init: 'vmm_ready_time_us',
+      ready: probe ? null : 'boot_time_us',
+      listening: 'boot_time_us',
+    } as const;
+    const f = field[ev.type];
+    if (!f) return;
     await this.s.store.tx(async (tx) => {
       const cur = await tx.instances.getAny(id);
       if (!cur) return;
       const patch: Partial<InstanceRec> = {};
-      if (cur[field[ev.type]] === null) patch[field[ev.type]] = since(ev.at);
-      if (ev.type === 'ready' && cur.state === 'starting') patch.state = 'running';
+      if (cur[f] === null) patch[f] = since(ev.at);
+      if (f === 'boot_time_us' && cur.state === 'starting') patch.state = 'running';
       if (Object.keys(patch).length > 0) await tx.instances.update(id, patch);
     });
   }
 
-  private bootConsole(id: string): string {
-    return (this.driver as { bootConsole?: (id: string) => string }).bootConsole?.(id) ?? '';
+  /** Probes every ready port of a booting instance; when all accept, the instance is running. */
+  private startProbe(id: string, ip: string, ports: number[]): void {
+    if (this.probes.has(id)) return;
+    const ac = new AbortController();
+    this.probes.set(id, ac);
+    Promise.all(ports.map((p) => this.o.probePort!(ip, p, ac.signal))).then(
+      () => {
+        const at = Date.now();
+        this.probes.delete(id);
+        void this.queue.run(id, () => this.onVmEvent(id, { type: 'listening', at }));
+      },
+      () => undefined, // aborted: the VM ended or the daemon stops
+    );
+  }
+
+  private endProbe(id: string): void {
+    this.probes.get(id)?.abort(new Error('probe ended'));
+    this.probes.delete(id);
   }
 
   /** What the host observed, mapped to the stop fields (docs/guest-contract.md §4). */
   private stopInfo(inst: InstanceRec, rt: Partial<RuntimeRec>, ev: Extract<MachineEvent, { type: 'exit' }>): StopInfo {
     const req = inst.stop_request;
     const forced = req?.force ?? false;
-    if (!forced && vmmFailure(ev, this.bootConsole(inst.id)))
-      return { stop_reason: 4, exit_code: null, stop_code: null };
+    if (!forced && vmmFailure(ev, ev.console)) return { stop_reason: 4, exit_code: null, stop_code: null };
     return deriveStop({
       control: ev.control,
       status: ev.status,
       panicked: ev.panicked,
       initiator: req ? req.by : 'none',
       forced,
-      console: this.bootConsole(inst.id),
+      console: ev.console,
       contract: rt.contract ?? 'unihost',
     });
   }
@@ -398,7 +471,7 @@ export class MachineController implements Controller {
     rt: Partial<RuntimeRec>,
     ev: Extract<MachineEvent, { type: 'exit' }>,
   ): Promise<void> {
-    const failure = vmmFailure(ev, this.bootConsole(inst.id));
+    const failure = vmmFailure(ev, ev.console);
     if (failure) this.note(inst.id, `the VMM failed: ${failure}`);
     const now = this.now();
     const done = await this.s.store.tx(async (tx) => {
@@ -431,7 +504,6 @@ export class MachineController implements Controller {
       };
       if (restart) {
         patch.restart_attempt = cur.restart_attempt + 1;
-        patch.restart_count = cur.restart_count + 1;
         patch.restart_next_at = new Date(now + delay).toISOString();
       } else if (startAgain) patch.restart_next_at = new Date(now).toISOString();
       await tx.instances.update(cur.id, patch);

@@ -1,5 +1,12 @@
 import type { Target } from '../api/endpoint.js';
-import { isLive, nextState, STOP_INFO_STATES, type InstanceTrigger } from '../domain/instance-states.js';
+import {
+  describeStop,
+  isLive,
+  nextState,
+  STOP_INFO_STATES,
+  stopFields,
+  type InstanceTrigger,
+} from '../domain/instance-states.js';
 import { err } from '../errors.js';
 import type { InstanceRec, InstanceState, Store, Tx, UserRec } from '../store/types.js';
 import { ConsoleLog } from '../machines/console-log.js';
@@ -155,15 +162,20 @@ export class InstanceService {
         const inst = await findInstance(tx, user, t);
         return { before: inst, after: await this.startInTx(tx, user, inst, true) };
       });
-      let state = after.state;
+      let now: InstanceRec | undefined = after;
       if (lease) {
-        const reached = await this.waitBooted(lease, after.id, timeout, signal);
-        state =
-          reached?.state ??
-          (await this.store.read(async (tx) => (await tx.instances.get(user.id, after.id))?.state)) ??
-          state;
+        await this.waitBooted(lease, after.id, timeout, signal);
+        now = await this.store.read((tx) => tx.instances.get(user.id, after.id));
       }
-      return { uuid: after.id, name: after.name, state, previous_state: before.state };
+      const state = now?.state ?? after.state;
+      return {
+        uuid: after.id,
+        name: after.name,
+        state,
+        previous_state: before.state,
+        // a boot that failed while the call waited: say how it ended
+        ...(lease && now && state === 'stopped' ? stopFields(now) : {}),
+      };
     } finally {
       lease?.release();
     }
@@ -245,11 +257,14 @@ export class InstanceService {
     for (const inst of instances) {
       let state = inst.state;
       let boot: number | null = null;
+      let ended: Record<string, number> = {};
       if (lease) {
         await this.waitBooted(lease, inst.id, Math.max(0, deadline - this.deps.clock.now()), signal);
         const now = await this.store.read((tx) => tx.instances.getAny(inst.id));
         state = now?.state ?? state;
-        boot = now?.boot_time_us ?? null;
+        // boot_time_us only for a boot that reached running; a failed boot says how it ended
+        if (state === 'running') boot = now?.boot_time_us ?? null;
+        if (now && state === 'stopped') ended = stopFields(now);
       }
       const e: Record<string, unknown> = {
         state,
@@ -260,6 +275,7 @@ export class InstanceService {
       };
       if (summary) e.service_group = summary;
       if (lease && boot !== null) e.boot_time_us = boot;
+      Object.assign(e, ended);
       out.push(e);
     }
     return out;
@@ -287,15 +303,26 @@ export class InstanceService {
    */
   async wait(user: UserRec, t: Target, state: InstanceState, timeoutMs: number, signal?: AbortSignal) {
     const inst = await this.store.read((tx) => findInstance(tx, user, t));
+    // Waiting for running ends early when the instance stops for good meanwhile (its boot failed or it
+    // ended, and no restart is due); an instance that was already stopped may still be started later.
+    const gaveUp = (rec: InstanceRec) =>
+      state === 'running' && rec.state === 'stopped' && rec.desired === 'stopped' && rec.stopped_at !== inst.stopped_at;
     const lease = this.waits.reserve(user.id, 1);
     let r;
     try {
-      r = await this.waitState(lease, inst.id, [state], timeoutMs, signal);
+      r = await this.waitUntil(lease, inst.id, (rec) => rec.state === state || gaveUp(rec), timeoutMs, signal);
     } finally {
       lease.release();
     }
     if (!r) throw err('UH_TIMEOUT', `instance '${inst.name}' did not reach state '${state}' within ${timeoutMs} ms`);
     if (r.state === undefined) throw err('UH_NOT_FOUND', `instance '${inst.name}' was deleted while waiting`);
+    if (r.state !== state) {
+      const rec = await this.store.read((tx) => tx.instances.getAny(inst.id));
+      throw err(
+        'UH_WRONG_STATE',
+        `instance '${inst.name}' stopped instead of reaching '${state}'${rec ? ` (${describeStop(rec)})` : ''}`,
+      );
+    }
     return { uuid: inst.id, name: inst.name, state: r.state };
   }
 
@@ -311,11 +338,6 @@ export class InstanceService {
       timeoutMs,
       signal,
     );
-  }
-
-  /** Resolves when the instance is in one of `states`; undefined on timeout, abort or deletion. */
-  waitState(lease: WaitLease, id: string, states: InstanceState[], timeoutMs: number, signal?: AbortSignal) {
-    return this.waitUntil(lease, id, (rec) => states.includes(rec.state), timeoutMs, signal);
   }
 
   /** Re-checks `done` after each change of the instance; `{state: undefined}` when it was deleted. */

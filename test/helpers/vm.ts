@@ -80,3 +80,13 @@ export const alive = (pid: number): boolean => {
     return false;
   }
 };
+
+/**
+ * The real Unikraft kernels (test data from outside the repository): the one
+ * setting `UNIHOST_UNIKRAFT_DIR`, default `../shared/unikraft` beside the
+ * repository. Undefined when absent: the tests that need them skip.
+ */
+export function unikraftDir(): string | undefined {
+  const dir = process.env.UNIHOST_UNIKRAFT_DIR ?? join(ROOT, '..', 'shared', 'unikraft');
+  return existsSync(join(dir, 'c-http_qemu-x86_64')) ? dir : undefined;
+}

@@ -13,9 +13,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import pino from 'pino';
 import { Agent, request } from 'undici';
 import { readFileSync } from 'node:fs';
@@ -25,47 +23,16 @@ import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { guestOut, killLeaks, poll } from '../helpers/vm.js';
+import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
-const has = (cmd: string): boolean => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
-const ready = process.getuid?.() === 0 && ['ip', 'nft', 'qemu-system-x86_64', 'mkfs.ext4'].every(has);
 
-if (!process.env.UH_TEST_NETNS) {
-  test('private network and volumes through the daemon, in a test-made namespace', { skip: !ready }, () => {
-    const ns = `uhtest-${randomBytes(4).toString('hex')}`;
-    execFileSync('ip', ['netns', 'add', ns]);
-    try {
-      execFileSync('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
-      const r = spawnSync(
-        'ip',
-        [
-          'netns',
-          'exec',
-          ns,
-          process.execPath,
-          '--import',
-          'tsx',
-          '--test',
-          '--test-reporter=spec',
-          fileURLToPath(import.meta.url),
-        ],
-        // NODE_TEST_CONTEXT would make the inner runner talk the parent runner's protocol instead of printing.
-        {
-          env: { ...process.env, NODE_TEST_CONTEXT: undefined, UH_TEST_NETNS: ns },
-          encoding: 'utf8',
-          timeout: 600_000,
-        },
-      );
-      const out = `${r.stdout}\n${r.stderr}`;
-      assert.equal(r.status, 0, `inner run failed:\n${out.slice(-6000)}`);
-      assert.match(r.stdout, /ℹ fail 0/);
-    } finally {
-      // Whatever the inner run left in the namespace goes with it.
-      const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean);
-      for (const p of pids) spawnSync('kill', ['-9', p]);
-      execFileSync('ip', ['netns', 'del', ns]);
-    }
-  });
+if (!insideTestNetns()) {
+  runInTestNetns(
+    import.meta.url,
+    'private network and volumes through the daemon, in a test-made namespace',
+    !canRunNetns() && 'needs root, ip, nft, QEMU and mkfs.ext4',
+  );
 } else {
   describe('inside the namespace', () => {
     let h: Harness;

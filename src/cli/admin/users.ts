@@ -1,8 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig, type Config } from '../../config.js';
-import { restrictFileModes } from '../../daemon.js';
-import { createServices, pathsFor } from '../../services/index.js';
-import { SqliteStore } from '../../store/sqlite/index.js';
+import { restrictFileModes } from '../../file-modes.js';
+import type { createServices } from '../../services/index.js';
 import type { Hard, Limits } from '../../store/types.js';
 
 interface GlobalOpts {
@@ -18,6 +17,9 @@ export async function withServices<T>(
   const config = loadConfig({ dataDir: o.dataDir, config: o.config });
   // The store may be created here (first import before the first start): same modes as the daemon's.
   restrictFileModes(config.dataDir);
+  // loaded here, not at the top: client commands start faster without the store's modules
+  const { createServices, pathsFor } = await import('../../services/index.js');
+  const { SqliteStore } = await import('../../store/sqlite/index.js');
   const store = new SqliteStore(pathsFor(config.dataDir).db);
   try {
     return await fn(createServices(config, store), config);

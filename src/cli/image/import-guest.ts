@@ -1,5 +1,4 @@
 import type { Command } from 'commander';
-import { importGuestImages } from '../../images/guest.js';
 import { withServices } from '../admin/users.js';
 import { printImport } from './import.js';
 
@@ -11,6 +10,7 @@ export function registerImageImportGuest(image: Command): void {
       'import the test guest images built by guest/build-images.sh as official images (default dir: guest/out)',
     )
     .action(async (dir: string | undefined) => {
+      const { importGuestImages } = await import('../../images/guest.js');
       await withServices(image.opts(), async (s) => {
         for (const r of await importGuestImages(s.images, dir ?? 'guest/out')) printImport(r);
       });

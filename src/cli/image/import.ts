@@ -1,7 +1,16 @@
 import type { Command } from 'commander';
 import { err } from '../../errors.js';
-import { MACHINES, type Machine } from '../../images/kernel-type.js';
-import { splitArgs } from '../../services/instances-create.js';
+import type { Config } from '../../config.js';
+import {
+  detectKernelFormat,
+  FIRMWARES,
+  MACHINES,
+  SHUTDOWNS,
+  type Firmware,
+  type Machine,
+} from '../../images/kernel-type.js';
+import { probeAccel } from '../../machines/qemu/accel.js';
+import { chooseBoot } from '../../machines/qemu/choose.js';
 import type { ImportResult } from '../../services/images.js';
 import { withServices } from '../admin/users.js';
 
@@ -13,6 +22,9 @@ interface ImportOpts {
   kernelArgs?: string;
   env: string[];
   machine?: string;
+  firmware?: string;
+  shutdown?: string;
+  port: string[];
   minMemoryMb?: string;
   kernelVersion?: string;
 }
@@ -30,10 +42,52 @@ function parseEnv(pairs: string[]): Record<string, string> {
 }
 
 function parseMachine(m: string | undefined): Machine | undefined {
-  if (m === undefined) return undefined;
+  if (m === undefined || m === 'auto') return undefined;
   if (!(MACHINES as string[]).includes(m))
-    throw err('UH_INVALID', `--machine must be one of ${MACHINES.join(', ')}, not '${m}'`);
+    throw err('UH_INVALID', `--machine must be auto or one of ${MACHINES.join(', ')}, not '${m}'`);
   return m as Machine;
+}
+
+function parseChoice<T extends string>(flag: string, v: string | undefined, allowed: readonly T[]): T | undefined {
+  if (v === undefined) return undefined;
+  if (!(allowed as readonly string[]).includes(v))
+    throw err('UH_INVALID', `--${flag} must be one of ${allowed.join(', ')}, not '${v}'`);
+  return v as T;
+}
+
+function parsePorts(ports: string[]): number[] {
+  return ports.map((p) => {
+    if (!/^\d{1,5}$/.test(p) || Number(p) < 1 || Number(p) > 65535)
+      throw err('UH_INVALID', `--port must be a TCP port (1-65535), not '${p}'`);
+    return Number(p);
+  });
+}
+
+/**
+ * `--machine auto` (the default) for a Unikraft (Multiboot) kernel: boot it
+ * on each candidate machine and keep the fastest that boots it every time
+ * (docs/machines.md, "Choosing the machine"). Other kernels keep detection.
+ */
+async function autoChoice(o: ImportOpts, c: Config): Promise<{ machine: Machine; firmware: Firmware } | undefined> {
+  if (o.machine !== undefined && o.machine !== 'auto') return undefined;
+  if (o.firmware !== undefined || (await detectKernelFormat(o.kernel!)) !== 'multiboot') return undefined;
+  const m = c.machines;
+  const accel = await probeAccel(m.accel, { qemu: m.qemu });
+  process.stderr.write('choosing the fastest machine that boots this kernel reliably...\n');
+  const mem = Math.max(parseMemory(o.minMemoryMb) ?? 0, 16);
+  const { choice, trials } = await chooseBoot(o.kernel!, {
+    qemu: m.qemu,
+    accel,
+    tbSizeMb: m.tbSizeMb,
+    tscKhz: 0,
+    memoryMb: mem,
+  });
+  for (const t of trials) {
+    const name = t.choice.machine === 'microvm' ? 'microvm' : `pc/${t.choice.firmware}`;
+    const boots = t.boots.map((b) => (b === null ? 'x' : `${b} ms`)).join(', ');
+    process.stderr.write(`  ${name.padEnd(12)} ${boots}${t.failure ? ` (${t.failure})` : ''}\n`);
+  }
+  return choice;
 }
 
 function parseMemory(v: string | undefined): number | undefined {
@@ -44,15 +98,24 @@ function parseMemory(v: string | undefined): number | undefined {
 }
 
 /** Options that only make sense when packing a kernel file. */
-const KERNEL_ONLY: (keyof ImportOpts)[] = ['initrd', 'args', 'kernelArgs', 'machine', 'minMemoryMb', 'kernelVersion'];
+const KERNEL_ONLY: (keyof ImportOpts)[] = [
+  'initrd',
+  'args',
+  'kernelArgs',
+  'machine',
+  'firmware',
+  'shutdown',
+  'minMemoryMb',
+  'kernelVersion',
+];
 
 function checkMode(o: ImportOpts): void {
   if ((o.kernel === undefined) === (o.oci === undefined))
     throw err('UH_INVALID', 'give exactly one of --kernel FILE or --oci PATH');
-  if (o.oci !== undefined && (KERNEL_ONLY.some((k) => o[k] !== undefined) || o.env.length > 0)) {
+  if (o.oci !== undefined && (KERNEL_ONLY.some((k) => o[k] !== undefined) || o.env.length + o.port.length > 0)) {
     throw err(
       'UH_INVALID',
-      '--oci imports the image as it is: --initrd, --args, --kernel-args, --env, --machine, --min-memory-mb and --kernel-version go with --kernel',
+      '--oci imports the image as it is: --initrd, --args, --kernel-args, --env, --port, --machine, --firmware, --shutdown, --min-memory-mb and --kernel-version go with --kernel',
     );
   }
 }
@@ -62,7 +125,9 @@ export function printImport(r: ImportResult, log: (s: string) => void = console.
   log(`imported ${r.ref}`);
   log(`  digest       ${r.digest}`);
   log(`  size         ${r.size_in_bytes} bytes (kernel${b.initrd ? ' + initrd' : ''})`);
-  log(`  machine      ${b.machine}`);
+  log(`  machine      ${b.machine}${b.machine === 'pc' ? ` (${b.firmware})` : ''}, ${b.contract} contract`);
+  log(`  shutdown     ${b.shutdown === 'acpi' ? 'ACPI power button' : 'not honoured: a stop ends the VM at once'}`);
+  if (b.ports.length > 0) log(`  ports        ${b.ports.join(', ')} (running once they accept connections)`);
   if (b.kernelArgs) log(`  kernel args  ${b.kernelArgs}`);
   if (b.args.length > 0) log(`  args         ${JSON.stringify(b.args)}`);
   for (const [k, v] of Object.entries(b.env)) log(`  env          ${k}=${v}`);
@@ -81,13 +146,28 @@ export function registerImageImport(image: Command): void {
     .option('--args <words>', 'default application arguments, split like a shell does')
     .option('--kernel-args <string>', "kernel arguments placed before the platform's")
     .option('--env <KEY=VALUE>', 'default environment variable (repeatable)', collect, [])
-    .option('--machine <type>', `QEMU machine (${MACHINES.join(' or ')}); detected from the kernel when absent`)
+    .option(
+      '--machine <type>',
+      `QEMU machine: auto (default: Unikraft kernels are test-booted on each and the fastest reliable one is kept) or ${MACHINES.join(', ')}`,
+    )
+    .option('--firmware <fw>', `firmware of machine pc: ${FIRMWARES.join(' or ')}`)
+    .option(
+      '--shutdown <how>',
+      `whether the kernel honours a shutdown request: ${SHUTDOWNS.join(' or ')} (default by kernel type)`,
+    )
+    .option(
+      '--port <n>',
+      'TCP port the application listens on (repeatable); instances are running once it accepts',
+      collect,
+      [],
+    )
     .option('--min-memory-mb <n>', 'smallest memory the image boots with')
     .option('--kernel-version <v>', 'kernel version to record (org.unikraft.kernel.version)')
     .option('--oci <path>', "OCI image layout directory or tarball (kraftkit's unikernel layout)")
     .action(async (ref: string, o: ImportOpts) => {
       checkMode(o);
-      await withServices(image.opts(), async (s) => {
+      const { splitArgs } = await import('../../services/instances-create.js');
+      await withServices(image.opts(), async (s, c) => {
         const r =
           o.oci !== undefined
             ? await s.images.importOci(ref, o.oci)
@@ -98,8 +178,12 @@ export function registerImageImport(image: Command): void {
                 kernelArgs: o.kernelArgs,
                 env: parseEnv(o.env),
                 machine: parseMachine(o.machine),
+                firmware: parseChoice('firmware', o.firmware, FIRMWARES),
+                shutdown: parseChoice('shutdown', o.shutdown, SHUTDOWNS),
+                ports: parsePorts(o.port),
                 minMemoryMb: parseMemory(o.minMemoryMb),
                 kernelVersion: o.kernelVersion,
+                ...(await autoChoice(o, c)),
               });
         printImport(r);
       });

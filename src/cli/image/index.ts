@@ -2,14 +2,20 @@ import type { Command } from 'commander';
 import { registerImageImport } from './import.js';
 import { registerImageImportGuest } from './import-guest.js';
 import { registerImageList } from './list.js';
+import { addClientOptions } from '../shared/context.js';
 
-/** `unihost image ...`: manage the image store (works on the data dir directly, like `admin`). */
+/**
+ * `unihost image ...`: `import` works on the data dir directly (like `admin`);
+ * `list` asks the API unless a data dir is given.
+ */
 export function registerImage(program: Command): void {
-  const image = program
-    .command('image')
-    .description('import and list images (works on the data dir directly)')
-    .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR)')
-    .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)');
+  const image = addClientOptions(
+    program
+      .command('image')
+      .description('import images (on the data dir directly) and list them')
+      .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR)')
+      .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)'),
+  );
   registerImageImport(image);
   registerImageImportGuest(image);
   registerImageList(image);

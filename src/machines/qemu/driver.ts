@@ -17,6 +17,7 @@ import { ConsoleLog } from '../console-log.js';
 import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../driver.js';
 import { processStats } from '../stats.js';
 import { parseControl } from '../stop-info.js';
+import { handoverOffset } from '../unikraft.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 
@@ -216,10 +217,13 @@ export class QemuDriver implements MachineDriver {
           this.onEvent(vm.id, { type: 'ready', at: Date.now() });
         }
       }
-    } else if (vm.bootConsole.length > 0 && !vm.seen.ready) {
-      // Stock Unikraft kernels have no control channel: the first console output marks the boot.
+    } else if (!vm.seen.ready && handoverOffset(vm.bootConsole) >= 0) {
+      // Stock Unikraft kernels have no control channel: the end of the boot banner is the
+      // handover to the application (machines/unikraft.ts).
+      const at = Date.now();
       vm.seen.init = vm.seen.ready = true;
-      this.onEvent(vm.id, { type: 'ready', at: Date.now() });
+      this.onEvent(vm.id, { type: 'init', at });
+      this.onEvent(vm.id, { type: 'ready', at });
     }
   }
 
@@ -241,12 +245,15 @@ export class QemuDriver implements MachineDriver {
     // Only the QMP event: exit status 1 is also how QEMU itself fails (bad kernel), and the controller tells them apart.
     const panicked = vm.panicked;
     vm.resolveDone();
-    this.onEvent(vm.id, { type: 'exit', at: Date.now(), status: vm.status, panicked, control, stderr });
-  }
-
-  /** Console text of the current boot (crash causes). */
-  bootConsole(id: string): string {
-    return this.vms.get(id)?.bootConsole ?? '';
+    this.onEvent(vm.id, {
+      type: 'exit',
+      at: Date.now(),
+      status: vm.status,
+      panicked,
+      control,
+      stderr,
+      console: vm.bootConsole,
+    });
   }
 
   async stop(id: string): Promise<void> {

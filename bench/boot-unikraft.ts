@@ -1,0 +1,238 @@
+/**
+ * The Unikraft part of bench/boot (run by bench/boot.ts inside its own network
+ * namespace): the real kernels of UNIHOST_UNIKRAFT_DIR, raw QEMU with the
+ * driver's own command line against `POST /v1/instances` with autostart and
+ * `wait_timeout_ms: -1`, side by side in one run.
+ *
+ *   helloworld: (a) raw spawn -> "Hello from Unikraft!" on the console
+ *               (b) POST -> answer `running` (the banner's handover)
+ *   c-http:     (a) raw spawn -> port 8080 accepts on the guest IP
+ *               (b) POST -> answer `running` (port 8080 accepts; probed by the platform)
+ *
+ * Also the QEMU RSS of a running c-http with 16 MB and c-http instances
+ * created and running per minute (a batch created together).
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { request } from 'undici';
+import { DEFAULTS } from '../src/config.js';
+import { defaultControllers } from '../src/controllers.js';
+import { startDaemon } from '../src/daemon.js';
+import { buildCmdline } from '../src/domain/cmdline.js';
+import { imageBootFiles } from '../src/images/boot-files.js';
+import { chooseBoot } from '../src/machines/qemu/choose.js';
+import { qemuArgv, runtimeFiles } from '../src/machines/qemu/argv.js';
+import { processStats } from '../src/machines/stats.js';
+
+export interface Figures {
+  median: number;
+  p95: number;
+  min: number;
+  max: number;
+}
+
+export const stats = (xs: number[]): Figures => {
+  const s = [...xs].sort((a, b) => a - b);
+  const q = (p: number) => s[Math.min(s.length - 1, Math.ceil(p * s.length) - 1)]!;
+  return { median: q(0.5), p95: q(0.95), min: s[0]!, max: s[s.length - 1]! };
+};
+
+export const fmt = (xs: number[]): string => {
+  const st = stats(xs);
+  return `median ${st.median.toFixed(0).padStart(5)} ms  p95 ${st.p95.toFixed(0).padStart(5)} ms  (min ${st.min.toFixed(0)}, max ${st.max.toFixed(0)}, n=${xs.length})`;
+};
+
+const SUBNET = '10.79.0.0/24';
+const GW = '10.79.0.1';
+const RAW_IP = '10.79.0.250'; // outside the range the daemon hands out first
+const RAW_TAP = 'uhbraw0';
+
+/** Resolves when `ip:port` accepts, trying every ms. */
+function portOpen(ip: string, port: number, giveUpMs = 20_000): Promise<void> {
+  const end = performance.now() + giveUpMs;
+  return new Promise((resolve, reject) => {
+    const attempt = (): void => {
+      const s = connect({ host: ip, port });
+      s.setTimeout(100);
+      const retry = (): void => {
+        s.destroy();
+        if (performance.now() > end) reject(new Error(`${ip}:${port} never accepted`));
+        else setTimeout(attempt, 1);
+      };
+      s.once('connect', () => (s.destroy(), resolve()));
+      s.once('error', retry);
+      s.once('timeout', retry);
+    };
+    attempt();
+  });
+}
+
+export async function unikraftSection(ukDir: string, runs: number, batch: number): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'unihost-bench-uk-'));
+  const d = await startDaemon(
+    {
+      ...DEFAULTS,
+      dataDir,
+      listen: '127.0.0.1:0',
+      subnet: SUBNET,
+      machines: { ...DEFAULTS.machines, accel: 'tcg' },
+      network: { ...DEFAULTS.network, enabled: true, bridge: 'uhbr0' },
+      gateway: { ...DEFAULTS.gateway, enabled: false },
+    },
+    { logger: pino({ level: 'warn' }), controllers: defaultControllers },
+  );
+  const scratch: string[] = [];
+  try {
+    const m = d.config.machines;
+    const kernel = (n: string) => join(ukDir, `${n}_qemu-x86_64`);
+    const opts = { qemu: m.qemu, accel: 'tcg' as const, tbSizeMb: m.tbSizeMb, tscKhz: 0, memoryMb: 16 };
+    const hello = await chooseBoot(kernel('helloworld'), opts);
+    const http = await chooseBoot(kernel('c-http'), opts);
+    await d.services.images.importKernel('helloworld:latest', { kernel: kernel('helloworld'), ...hello.choice });
+    await d.services.images.importKernel('c-http:latest', { kernel: kernel('c-http'), ports: [8080], ...http.choice });
+    const { token } = await d.services.users.create('bench', true);
+    const call = async (method: string, path: string, body: unknown) => {
+      const r = await request(d.url + path, {
+        method: method as 'GET',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return (await r.body.json()) as { status: string; data: Record<string, Record<string, unknown>[]> };
+    };
+
+    // raw QEMU: the driver's argv for the same image, kernel args and NIC (a tap on the same bridge)
+    execFileSync('ip', ['tuntap', 'add', RAW_TAP, 'mode', 'tap']);
+    execFileSync('ip', ['link', 'set', RAW_TAP, 'master', 'uhbr0', 'up']);
+    const raw = async (image: string, ready: (dir: string) => Promise<void>): Promise<number> => {
+      const digest = await d.store.read(async (tx) => (await tx.images.tag(image))!.digest);
+      const b = await imageBootFiles(d.services.paths, digest);
+      const dir = mkdtempSync(join(tmpdir(), 'unihost-raw-'));
+      scratch.push(dir);
+      const argv = qemuArgv(
+        {
+          id: 'raw',
+          dir,
+          kernel: b.kernel,
+          cmdline: buildCmdline({
+            kernelArgs: b.kernelArgs,
+            netdevIp: `${RAW_IP}/24:${GW}:${GW}`,
+            env: {},
+            mounts: [],
+            args: b.args,
+          }),
+          memoryMb: 16,
+          machine: b.machine,
+          firmware: b.firmware,
+          contract: b.contract,
+          nic: { tap: RAW_TAP, mac: '02:00:00:00:00:fa' },
+          disks: [],
+        },
+        { accel: 'tcg', tbSizeMb: m.tbSizeMb, tscKhz: 0 },
+      );
+      const t0 = performance.now();
+      const p = spawn(m.qemu, argv, { stdio: 'ignore' });
+      try {
+        await ready(dir);
+        return performance.now() - t0;
+      } finally {
+        p.kill('SIGKILL');
+        await new Promise((r) => p.once('exit', r));
+      }
+    };
+    const consoleShows = (text: string) => (dir: string) =>
+      new Promise<void>((resolve, reject) => {
+        const f = runtimeFiles(dir).serial;
+        const end = performance.now() + 20_000;
+        const iv = setInterval(() => {
+          const seen = existsSync(f) && readFileSync(f, 'utf8').includes(text);
+          if (seen || performance.now() > end) clearInterval(iv);
+          if (seen) resolve();
+          else if (performance.now() > end) reject(new Error(`no '${text}' on the console`));
+        }, 1);
+      });
+
+    const rawHello: number[] = [];
+    const rawHttp: number[] = [];
+    const apiHello: number[] = [];
+    const apiHttp: number[] = [];
+    for (let i = 0; i < runs; i++) {
+      rawHello.push(await raw('helloworld:latest', consoleShows('Hello from Unikraft!')));
+      rawHttp.push(await raw('c-http:latest', () => portOpen(RAW_IP, 8080)));
+      for (const [image, out] of [
+        ['helloworld:latest', apiHello],
+        ['c-http:latest', apiHttp],
+      ] as const) {
+        const t0 = performance.now();
+        const r = await call('POST', '/v1/instances', {
+          image,
+          name: `u-${i}`,
+          memory_mb: 16,
+          autostart: true,
+          wait_timeout_ms: -1,
+        });
+        out.push(performance.now() - t0);
+        const e = r.data.instances![0]!;
+        if (image === 'c-http:latest') {
+          if (e.state !== 'running') throw new Error(`c-http did not reach running: ${JSON.stringify(r)}`);
+          await portOpen(e.private_ip as string, 8080, 0); // must accept at once: one try
+        }
+        await call('DELETE', '/v1/instances', { name: `u-${i}` });
+      }
+    }
+
+    // density and throughput: a batch of c-http instances created and running together
+    const t0 = performance.now();
+    const created = await call(
+      'POST',
+      '/v1/instances',
+      Array.from({ length: batch }, (_, k) => ({
+        image: 'c-http:latest',
+        name: `t-${k}`,
+        memory_mb: 16,
+        autostart: true,
+        wait_timeout_ms: -1,
+      })),
+    );
+    const secs = (performance.now() - t0) / 1000;
+    const ok = created.data.instances!.filter((e) => e.state === 'running').length;
+    const insts = await d.store.read((tx) => tx.instances.all());
+    const rss = insts.map((x) => processStats((x.runtime as { pid: number }).pid)?.rssBytes ?? 0).filter((b) => b > 0);
+    await call(
+      'DELETE',
+      '/v1/instances',
+      Array.from({ length: batch }, (_, k) => ({ name: `t-${k}` })),
+    );
+
+    const over = (a: number[], b: number[]) => stats(b).median - stats(a).median;
+    console.log(`\n# Unikraft kernels (${ukDir}), 16 MB guests, TCG, ${runs} runs each`);
+    console.log(
+      `boot choice: helloworld ${hello.choice.machine}/${hello.choice.firmware}, c-http ${http.choice.machine}/${http.choice.firmware}`,
+    );
+    console.log(`helloworld (a) raw spawn -> "Hello from Unikraft!"  ${fmt(rawHello)}`);
+    console.log(`helloworld (b) POST autostart, wait -1 -> running  ${fmt(apiHello)}`);
+    console.log(`c-http     (a) raw spawn -> port 8080 accepts      ${fmt(rawHttp)}`);
+    console.log(`c-http     (b) POST autostart, wait -1 -> running  ${fmt(apiHttp)}`);
+    console.log(
+      `platform overhead at the median: helloworld ${over(rawHello, apiHello).toFixed(0)} ms, c-http ${over(rawHttp, apiHttp).toFixed(0)} ms (goal <= 20 ms); c-http boot-to-ready under TCG ${stats(apiHttp).median.toFixed(0)} ms (goal < 200 ms)`,
+    );
+    const mib = (b: number) => (b / 2 ** 20).toFixed(1);
+    console.log(`QEMU RSS per running c-http (16 MB guest): median ${mib(stats(rss).median)} MiB (n=${rss.length})`);
+    console.log(
+      `throughput: ${ok}/${batch} c-http instances created and running in ${secs.toFixed(1)} s = ${((ok / secs) * 60).toFixed(0)} per minute`,
+    );
+  } finally {
+    await d.close();
+    spawn('pkill', ['-KILL', '-f', dataDir]);
+    try {
+      execFileSync('ip', ['link', 'del', RAW_TAP], { stdio: 'ignore' });
+    } catch {
+      /* not created */
+    }
+    for (const p of scratch) rmSync(p, { recursive: true, force: true });
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}

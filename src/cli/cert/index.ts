@@ -1,0 +1,15 @@
+import type { Command } from 'commander';
+import { addClientOptions } from '../shared/context.js';
+import { registerCertDelete } from './delete.js';
+import { registerCertGet } from './get.js';
+import { registerCertList } from './list.js';
+
+/** `unihost cert ...`: certificates of custom domains. */
+export function registerCert(program: Command): void {
+  const cert = addClientOptions(
+    program.command('cert').alias('certificate').description('list, inspect and delete TLS certificates'),
+  );
+  registerCertList(cert);
+  registerCertGet(cert);
+  registerCertDelete(cert);
+}

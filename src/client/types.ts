@@ -1,0 +1,126 @@
+/**
+ * Request and reply types of the API client. Requests reuse the parameter
+ * types the services declare; replies reuse the services' return types where
+ * they are precise, and spell out the spec's objects where the services
+ * build them as plain records (instance, volume, certificate, image, quotas).
+ * Type-only imports: the client loads no server code at run time.
+ */
+import type { AutoscaleService } from '../services/autoscale.js';
+import type { GroupService } from '../services/groups.js';
+import type { InstanceService } from '../services/instances.js';
+import type { Hard, InstanceState, Limits, PolicyRec, VolumeState } from '../store/types.js';
+
+export type { AutoscaleIn } from '../services/autoscale.js';
+export type { GroupDescription } from '../services/groups.js';
+export type { CreateParams } from '../services/instances-create.js';
+export type { AttachIn } from '../services/volumes.js';
+export type { PolicyIn } from '../domain/steps.js';
+export type { InstanceState, VolumeState };
+
+/** An object named by UUID or by name. */
+export type Ref = { uuid: string; name?: undefined } | { name: string; uuid?: undefined };
+
+type Reply<F extends (...a: never[]) => Promise<unknown>> = Awaited<ReturnType<F>>;
+
+/** An entry of a `/list` reply. */
+export interface Summary {
+  uuid: string;
+  name: string;
+}
+
+export interface Domain {
+  fqdn: string;
+  certificate?: { uuid: string; name: string; state: string };
+}
+
+export interface GroupSummary extends Summary {
+  domains: Domain[];
+}
+
+/** GET /v1/instances entry (api-v1.md, Instance). */
+export interface Instance extends Summary {
+  created_at: string;
+  state: InstanceState;
+  image: string;
+  memory_mb: number;
+  args: string[];
+  env: Record<string, string>;
+  start_count: number;
+  started_at?: string;
+  stopped_at?: string;
+  uptime_ms: number;
+  boot_time_us?: number;
+  stop_reason?: number;
+  exit_code?: number;
+  stop_code?: number;
+  restart_policy: string;
+  restart: { attempt: number; next_at?: string };
+  restart_count: number;
+  private_fqdn: string;
+  private_ip?: string;
+  service_group?: GroupSummary;
+  volumes: { uuid: string; name: string; at: string | null; readonly: boolean }[];
+  network_interfaces: { uuid: string; private_ip: string; mac: string }[];
+  features?: string[];
+}
+
+/** POST /v1/instances entry. */
+export interface CreatedInstance extends Summary {
+  state: InstanceState;
+  private_fqdn: string;
+  private_ip: string | null;
+  service_group?: GroupSummary;
+  boot_time_us?: number;
+}
+
+export type StartResult = Reply<InstanceService['start']>;
+export type StopResult = Reply<InstanceService['stop']>;
+export type InstanceDeleted = Reply<InstanceService['delete']>;
+export type WaitResult = Reply<InstanceService['wait']>;
+/** GET /v1/instances/log entry: `output` is base64; ranges are inclusive. */
+export type LogChunk = Reply<InstanceService['log']>;
+
+export type ServiceGroup = Reply<GroupService['get']>;
+/** GET autoscale: the configuration, or `{status: 'unconfigured', uuid, name}`. */
+export type Autoscale = Reply<AutoscaleService['get']>;
+export type Policy = PolicyRec;
+
+export interface Volume extends Summary {
+  state: VolumeState;
+  size_mb: number;
+  attached_to?: { uuid: string }[];
+  persistent: boolean;
+  created_at: string;
+  message?: string;
+}
+
+export interface Certificate extends Summary {
+  created_at: string;
+  common_name: string;
+  state: 'pending' | 'valid' | 'error';
+  validation?: { attempt: number; next?: string };
+  subject?: string;
+  issuer?: string;
+  serial_number?: string;
+  not_before?: string;
+  not_after?: string;
+  message?: string;
+  service_groups: Summary[];
+}
+
+/** GET /v1/images/list entry (the route's Image schema). */
+export interface Image {
+  digest: string;
+  tags: string[];
+  initrd: boolean;
+  size_in_bytes: number;
+  args: string;
+  kernel_args: string;
+}
+
+export interface Quotas {
+  uuid: string;
+  used: Hard;
+  hard: Hard;
+  limits: Limits;
+}

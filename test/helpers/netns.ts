@@ -1,0 +1,59 @@
+/**
+ * Runs a VM test file inside a network namespace it creates and deletes: the
+ * outer run adds the namespace and re-runs the same file in it (`ip netns
+ * exec`), so the daemon, its bridge, its VMs and every client live there and
+ * no traffic leaves it. Inside, `UH_TEST_NETNS` names the namespace.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { test } from 'node:test';
+
+const has = (cmd: string): boolean => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
+
+/** Root with the host tools the daemon's network needs. */
+export const canRunNetns = (): boolean =>
+  process.getuid?.() === 0 && ['ip', 'nft', 'qemu-system-x86_64', 'mkfs.ext4'].every(has);
+
+/** Whether this process is the inner run. */
+export const insideTestNetns = (): boolean => process.env.UH_TEST_NETNS !== undefined;
+
+/** The outer run: one test that runs `fileUrl` inside a fresh namespace and fails with its output. */
+export function runInTestNetns(fileUrl: string, title: string, skip: string | false = false): void {
+  test(title, { skip }, () => {
+    const ns = `uhtest-${randomBytes(4).toString('hex')}`;
+    execFileSync('ip', ['netns', 'add', ns]);
+    try {
+      execFileSync('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
+      const r = spawnSync(
+        'ip',
+        [
+          'netns',
+          'exec',
+          ns,
+          process.execPath,
+          '--import',
+          'tsx',
+          '--test',
+          '--test-reporter=spec',
+          fileURLToPath(fileUrl),
+        ],
+        // NODE_TEST_CONTEXT would make the inner runner talk the parent runner's protocol instead of printing.
+        {
+          env: { ...process.env, NODE_TEST_CONTEXT: undefined, UH_TEST_NETNS: ns },
+          encoding: 'utf8',
+          timeout: 600_000,
+        },
+      );
+      const out = `${r.stdout}\n${r.stderr}`;
+      assert.equal(r.status, 0, `inner run failed:\n${out.slice(-6000)}`);
+      assert.match(r.stdout, /ℹ fail 0/);
+    } finally {
+      // Whatever the inner run left in the namespace goes with it.
+      const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean);
+      for (const p of pids) spawnSync('kill', ['-9', p]);
+      execFileSync('ip', ['netns', 'del', ns]);
+    }
+  });
+}

@@ -1,0 +1,224 @@
+/**
+ * Real Unikraft kernels (helloworld, the lwIP server c-http, crash-abort from
+ * UNIHOST_UNIKRAFT_DIR, default ../shared/unikraft) through the real daemon,
+ * QEMU, bridge, taps and gateway, inside a network namespace this test
+ * creates and deletes (test/helpers/netns.ts).
+ *
+ * Proves: the boot choice per image; helloworld halts with reason OK and a
+ * console without firmware text; c-http accepts on its private IP the moment
+ * create-with-wait answers `running` (one connect, no retry) and serves
+ * through the gateway over TLS; a non-forced stop of c-http ends at once with
+ * the documented reason; crash-abort is a crash with its stop code and its
+ * restart policy applies; an app that never opens its port and a file that is
+ * not a kernel end stopped with a truthful reason and a log line.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import pino from 'pino';
+import { Agent, request } from 'undici';
+import { defaultControllers } from '../../src/controllers.js';
+import { chooseBoot } from '../../src/machines/qemu/choose.js';
+import type { GatewayController } from '../../src/reconcile/gateway.js';
+import { startHarness, type Harness } from '../helpers/harness.js';
+import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
+import { killLeaks, poll, unikraftDir } from '../helpers/vm.js';
+
+const UK = unikraftDir();
+
+if (!insideTestNetns()) {
+  runInTestNetns(
+    import.meta.url,
+    'Unikraft kernels through the daemon, in a test-made namespace',
+    !UK
+      ? 'no Unikraft kernels (set UNIHOST_UNIKRAFT_DIR; default ../shared/unikraft)'
+      : !canRunNetns() && 'needs root, ip, nft, QEMU and mkfs.ext4',
+  );
+} else {
+  describe('Unikraft kernels, inside the namespace', () => {
+    let h: Harness;
+    let t: string;
+    const kernel = (name: string) => join(UK!, `${name}_qemu-x86_64`);
+    const decode = (c: number) => ({ reason: c & 0xff, initlvl: (c >> 8) & 0x7f, errno: (c >> 16) & 0xff });
+    const get = async (name: string) => (await h.call('GET', '/v1/instances', t, { name })).body.data.instances[0];
+    const log = async (name: string): Promise<string> => {
+      const r = await h.call('GET', '/v1/instances/log', t, { name, offset: 0, limit: 16383 });
+      return Buffer.from(r.body.data.instances[0].output ?? '', 'base64').toString('utf8');
+    };
+
+    before(async () => {
+      h = await startHarness(
+        {
+          machines: { accel: 'tcg', bootTimeoutMs: 8_000 },
+          subnet: '10.78.0.0/24',
+          network: { enabled: true, bridge: 'uhbr0', dns: true, dnsPort: 53 },
+        },
+        (s) => defaultControllers(s, pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' })),
+      );
+      t = await h.user('uk');
+      const images = h.daemon.services.images;
+      const m = h.daemon.config.machines;
+      const opts = { qemu: m.qemu, accel: 'tcg' as const, tbSizeMb: m.tbSizeMb, tscKhz: 0, memoryMb: 16 };
+      // the boot choice: trial boots on each candidate, the fastest reliable one is kept
+      const hello = await chooseBoot(kernel('helloworld'), opts);
+      assert.ok(
+        hello.trials.every((r) => r.failure === undefined),
+        `helloworld boots everywhere: ${JSON.stringify(hello.trials)}`,
+      );
+      const http = await chooseBoot(kernel('c-http'), opts);
+      assert.deepEqual(http.choice, { machine: 'pc', firmware: 'seabios' }, JSON.stringify(http.trials));
+      assert.match(http.trials[0]!.failure ?? '', /Assertion failure/, 'c-http 0.16.3 fails on microvm');
+      await images.importKernel('helloworld:latest', { kernel: kernel('helloworld'), ...hello.choice });
+      await images.importKernel('c-http:latest', { kernel: kernel('c-http'), ports: [8080], ...http.choice });
+      await images.importKernel('crash-abort:latest', { kernel: kernel('crash-abort') });
+      const junk = join(h.dataDir, 'not-a-kernel');
+      writeFileSync(junk, randomBytes(64 * 1024));
+      await images.importKernel('junk:latest', { kernel: junk, machine: 'pc' });
+    });
+
+    after(async () => {
+      if (!h) return;
+      const list = await h.call('GET', '/v1/instances/list', t);
+      for (const i of list.body?.data?.instances ?? []) await h.call('DELETE', `/v1/instances/${i.uuid}`, t);
+      await poll('VMs gone', () => killLeaks([h.dataDir]).length === 0, 20_000).catch(() => undefined);
+      const dataDir = h.dataDir;
+      await h.close();
+      assert.deepEqual(killLeaks([dataDir]), [], 'QEMU processes left behind');
+    });
+
+    test('helloworld: halts with reason OK; the console starts with the kernel, not firmware', async () => {
+      const r = await h.call('POST', '/v1/instances', t, {
+        name: 'hello',
+        image: 'helloworld:latest',
+        memory_mb: 16,
+        autostart: true,
+        wait_timeout_ms: 60_000,
+      });
+      assert.equal(r.body.status, 'success', r.text);
+      const w = await h.call('GET', '/v1/instances/wait', t, { name: 'hello', state: 'stopped', timeout_ms: 30_000 });
+      assert.equal(w.body.status, 'success', w.text);
+      const i = await get('hello');
+      assert.equal(i.stop_reason, 1, 'the kernel exited');
+      assert.equal(i.stop_code, 0, 'reason OK');
+      assert.ok(i.boot_time_us > 0, 'it reached running first');
+      const con = await log('hello');
+      assert.ok(con.startsWith('Powered by'), `console starts with the kernel: ${JSON.stringify(con.slice(0, 80))}`);
+      assert.doesNotMatch(con, /SeaBIOS|iPXE/, 'no firmware text');
+      assert.ok(!con.includes('\u001b'), 'no terminal escapes');
+      assert.match(con, /Hello from Unikraft!/);
+    });
+
+    test('c-http: accepts on its private IP the moment create-with-wait answers running; TLS through the gateway; stop ends at once', async () => {
+      const r = await h.call('POST', '/v1/instances', t, {
+        name: 'web',
+        image: 'c-http:latest',
+        memory_mb: 16,
+        service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
+        autostart: true,
+        wait_timeout_ms: 60_000,
+      });
+      const e = r.body.data.instances[0];
+      assert.equal(e.state, 'running', r.text);
+      assert.ok(e.boot_time_us > 0);
+      // one connect, at once, no retry
+      await new Promise<void>((resolve, reject) => {
+        const s = connect({ host: e.private_ip, port: 8080 });
+        s.once('connect', () => (s.destroy(), resolve()));
+        s.once('error', reject);
+      });
+      const direct = await request(`http://${e.private_ip}:8080/`);
+      assert.equal(direct.statusCode, 200);
+      assert.match(await direct.body.text(), /Hello from Unikraft!/);
+
+      const gwc = h.daemon.services.controllers!.find(
+        (c) => (c as GatewayController).gateway !== undefined && 'ca' in (c as object),
+      ) as GatewayController;
+      const fqdn: string = e.service_group.domains[0].fqdn;
+      const ca = readFileSync(gwc.ca!.caPath, 'utf8');
+      const agent = new Agent({ connect: { ca, servername: fqdn } });
+      try {
+        const viaGateway = await poll(
+          'c-http answers through the gateway',
+          async () => {
+            const g = await request(`https://127.0.0.1:${gwc.gateway!.boundPort(443)}/`, {
+              headers: { host: fqdn },
+              dispatcher: agent,
+            });
+            const body = await g.body.text();
+            return g.statusCode === 200 && body;
+          },
+          20_000,
+        );
+        assert.match(viaGateway, /Hello from Unikraft!/);
+      } finally {
+        await agent.close();
+      }
+
+      const st = await h.call('PUT', '/v1/instances/stop', t, { name: 'web' });
+      assert.equal(st.body.status, 'success', st.text);
+      // stock Unikraft ignores the ACPI power button: the stop must not wait for the 15 s escalation
+      const w = await h.call('GET', '/v1/instances/wait', t, { name: 'web', state: 'stopped', timeout_ms: 5_000 });
+      assert.equal(w.body.status, 'success', `stopped without waiting for a shutdown that never comes: ${w.text}`);
+      const i = await get('web');
+      assert.equal(i.stop_reason, 28, 'user-initiated, forced: the kernel cannot shut down cleanly');
+      assert.match(await log('web'), /does not honour shutdown requests/);
+    });
+
+    test('crash-abort: a crash in the application (EXP, initlvl 127); on-failure restarts it', async () => {
+      const r = await h.call('POST', '/v1/instances', t, {
+        name: 'boom',
+        image: 'crash-abort:latest',
+        memory_mb: 16,
+        restart_policy: 'on-failure',
+        autostart: true,
+      });
+      assert.equal(r.body.status, 'success', r.text);
+      // restarted by policy: counted once the restart happens, and the kernel booted again
+      await h.until(async () => {
+        const i = await get('boom');
+        return i.restart_count >= 1 && i.start_count >= 2;
+      }, 30_000);
+      const stopped = await h.until(async () => {
+        const i = await get('boom');
+        return i.state === 'stopped' && i.stop_reason !== undefined && i;
+      }, 30_000);
+      assert.equal(stopped.stop_reason, 1, 'a crash: kernel exit, no exit code');
+      assert.deepEqual(decode(stopped.stop_code), { reason: 1, initlvl: 127, errno: 0 });
+      assert.match(await log('boom'), /Abnormal termination/);
+      await h.call('PUT', '/v1/instances/stop', t, { name: 'boom' });
+    });
+
+    test('bad input: an app that never opens its port, a file that is not a kernel', async () => {
+      const r = await h.call('POST', '/v1/instances', t, {
+        name: 'deaf',
+        image: 'c-http:latest',
+        memory_mb: 16,
+        service_group: { services: [{ port: 443, destination_port: 9999, handlers: ['tls', 'http'] }] },
+        autostart: true,
+        wait_timeout_ms: 60_000,
+      });
+      const e = r.body.data.instances[0];
+      assert.equal(e.state, 'stopped', `never running: ${r.text}`);
+      assert.equal(e.stop_reason, 20, 'stopped by the platform, forced');
+      assert.equal(e.boot_time_us, undefined);
+      assert.match(await log('deaf'), /did not accept connections on port 9999/);
+
+      const j = await h.call('POST', '/v1/instances', t, {
+        name: 'junk',
+        image: 'junk:latest',
+        memory_mb: 16,
+        autostart: true,
+        wait_timeout_ms: 60_000,
+      });
+      const je = j.body.data.instances[0];
+      assert.equal(je.state, 'stopped', j.text);
+      assert.equal(je.stop_reason, 4, 'a platform failure, not a guest crash');
+      assert.match(await log('junk'), /the VMM failed/);
+      const wait = await h.call('GET', '/v1/instances/wait', t, { name: 'junk', state: 'running', timeout_ms: 1_000 });
+      assert.equal(wait.body.data.instances[0].error, 12, 'a wait on an instance that is already stopped times out');
+    });
+  });
+}
