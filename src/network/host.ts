@@ -92,11 +92,17 @@ export class HostNetwork {
     });
   }
 
-  /** Creates the tap if missing, attaches it to the bridge, brings it up, and admits it in the rules. */
+  /**
+   * Creates the tap if missing, attaches it to the bridge, brings it up, and
+   * admits it in the rules. A tap this object made for the same spec is taken
+   * as it is: no command runs (the boot path of a restart or a wake).
+   */
   async ensureTap(spec: TapSpec): Promise<void> {
     checkTapSpec(spec);
     this.checkPrefix(spec.tap);
     return this.serial(async () => {
+      const known = this.taps.get(spec.tap);
+      if (known && known.ip === spec.ip && known.mac === spec.mac && known.userId === spec.userId) return;
       await this.ensureTapDevices([spec.tap]);
       const old = this.taps.get(spec.tap);
       this.taps.set(spec.tap, spec);

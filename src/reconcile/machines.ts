@@ -509,7 +509,7 @@ export class MachineController implements Controller {
       await tx.instances.update(cur.id, patch);
       return { info, restart, delay };
     });
-    await this.detachNet(inst.id);
+    // The tap stays until the instance is deleted: the next start or wake finds it ready.
     if (done) this.o.log.info({ id: inst.id, ...done.info, restart: done.restart, delay: done.delay }, 'VM stopped');
   }
 

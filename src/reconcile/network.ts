@@ -39,8 +39,9 @@ export class NetworkController implements Controller, NetworkHooks {
   async start(): Promise<void> {
     await this.host.setup();
     const all = await this.s.store.read((tx) => tx.instances.all());
-    // Taps of VMs an earlier daemon started stay: QEMU holds them open.
-    const expected = all.filter((i) => (i.runtime as { pid?: number }).pid && i.private_ip).map((i) => this.spec(i));
+    // Every instance keeps its tap from its first boot until it is deleted (docs/network.md): taps of
+    // VMs an earlier daemon started stay (QEMU holds them open), and a restart or wake needs no command.
+    const expected = all.filter((i) => i.private_ip && i.nic_id).map((i) => this.spec(i));
     const r = await this.host.sync(expected);
     if (r.removed.length > 0) this.log.info({ removed: r.removed }, 'removed stray taps');
     if (this.s.config.network.dns) {
