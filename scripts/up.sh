@@ -20,6 +20,10 @@ export UNIHOST_DATA_DIR=$DATA
 ./scripts/install.sh
 echo "==> building test guest images (cached after the first run)"
 ./guest/build-images.sh
+# From here on files hold tenants' data (database, volume images, console
+# logs, tokens): root only. Not earlier: apt and the image build create files
+# others must read. The daemon and the admin commands also set this umask.
+umask 077
 mkdir -p "$DATA"
 
 echo "==> importing the test images as official images"
@@ -41,7 +45,6 @@ if node bin/unihost.js admin user list | cut -f1 | grep -qx "$USER_NAME"; then
 else
   TOKEN=$(node bin/unihost.js admin user create "$USER_NAME" --developer --quiet)
 fi
-umask 077
 echo "$TOKEN" >"$DATA/$USER_NAME.token"
 
 cat <<MSG

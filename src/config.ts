@@ -7,6 +7,8 @@ import type { Hard, Limits } from './store/types.js';
 export interface Config {
   /** `host:port` the API listens on */
   listen: string;
+  /** serve the API over HTTPS: PEM files of the certificate (chain) and its key; both empty = plain HTTP */
+  tls: { cert: string; key: string };
   dataDir: string;
   /** IATA-like metro code shown to users */
   metro: string;
@@ -18,6 +20,11 @@ export interface Config {
   bodyLimit: number;
   /** what `-1` means for wait/stop timeouts, ms */
   maxTimeoutMs: number;
+  /** concurrent waits (GET wait targets, start/create with a wait timeout) one user may hold */
+  maxWaitsPerUser: number;
+  /** requests per user and window (all the user's tokens together); `max: 0` turns the limit off */
+  rateLimit: { max: number; windowMs: number };
+  capacity: CapacityConfig;
   /** largest log chunk one request returns, bytes */
   maxLogChunk: number;
   /** private network for instances (IPv4 CIDR); the first host address is the gateway */
@@ -27,6 +34,15 @@ export interface Config {
   machines: MachinesConfig;
   network: NetworkConfig;
   gateway: GatewayConfig;
+}
+
+/** Host admission control: how much RAM the guests of all users may hold together. */
+export interface CapacityConfig {
+  /** guest memory budget in MB; 0 = `memoryFraction` of the host's MemTotal */
+  memoryMb: number;
+  memoryFraction: number;
+  /** counted per VM on top of its `memory_mb` (QEMU itself, its TCG translation buffer) */
+  vmOverheadMb: number;
 }
 
 export interface GatewayConfig {
@@ -68,6 +84,7 @@ export function defaultDataDir(): string {
 
 export const DEFAULTS: Config = {
   listen: '127.0.0.1:7878',
+  tls: { cert: '', key: '' },
   dataDir: defaultDataDir(),
   metro: 'local',
   metroDomain: 'unihost.localhost',
@@ -75,6 +92,11 @@ export const DEFAULTS: Config = {
   bodyLimit: 1024 * 1024,
   maxTimeoutMs: 3_600_000,
   maxLogChunk: 16383,
+  maxWaitsPerUser: 256,
+  // Generous: 100 requests/s per user on average, far above what the official clients send.
+  rateLimit: { max: 6000, windowMs: 60_000 },
+  // The rest of the host's RAM stays for the kernel, the daemon and page cache.
+  capacity: { memoryMb: 0, memoryFraction: 0.8, vmOverheadMb: 48 },
   subnet: '10.88.0.0/16',
   defaultQuotas: {
     hard: {
@@ -129,10 +151,23 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   const c: DeepPartial<Config> = {};
   if (env.UNIHOST_LISTEN) c.listen = env.UNIHOST_LISTEN;
   if (env.UNIHOST_DATA_DIR) c.dataDir = env.UNIHOST_DATA_DIR;
+  if (env.UNIHOST_TLS_CERT || env.UNIHOST_TLS_KEY) c.tls = { cert: env.UNIHOST_TLS_CERT, key: env.UNIHOST_TLS_KEY };
   if (env.UNIHOST_METRO) c.metro = env.UNIHOST_METRO;
   if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;
   if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;
   if (env.UNIHOST_LOG_LEVEL) c.logLevel = env.UNIHOST_LOG_LEVEL;
+  if (env.UNIHOST_HOST_MEMORY_MB) {
+    const mb = Number(env.UNIHOST_HOST_MEMORY_MB);
+    if (!Number.isInteger(mb) || mb < 0)
+      throw new Error(`UNIHOST_HOST_MEMORY_MB '${env.UNIHOST_HOST_MEMORY_MB}' is not a whole number of MB (0 = auto)`);
+    c.capacity = { memoryMb: mb };
+  }
+  if (env.UNIHOST_RATE_LIMIT) {
+    const max = Number(env.UNIHOST_RATE_LIMIT);
+    if (!Number.isInteger(max) || max < 0)
+      throw new Error(`UNIHOST_RATE_LIMIT '${env.UNIHOST_RATE_LIMIT}' is not a whole number of requests (0 = off)`);
+    c.rateLimit = { max };
+  }
   if (env.UNIHOST_ACCEL) c.machines = { accel: env.UNIHOST_ACCEL as MachinesConfig['accel'] };
   if (env.UNIHOST_GATEWAY_LISTEN) c.gateway = { listen: env.UNIHOST_GATEWAY_LISTEN };
   if (env.UNIHOST_NETWORK) c.network = { enabled: !/^(0|false|off|no)$/i.test(env.UNIHOST_NETWORK) };

@@ -1,8 +1,10 @@
+import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
 import { DaemonMetrics } from './metrics.js';
 import type { Config } from './config.js';
+import { restrictFileModes } from './file-modes.js';
 import { createServices, pathsFor, type Clock, type Services } from './services/index.js';
 import { SqliteStore } from './store/sqlite/index.js';
 import type { Store } from './store/types.js';
@@ -40,9 +42,26 @@ export function splitListen(listen: string): { host: string; port: number } {
   return { host, port };
 }
 
+/** The API's certificate and key when TLS is configured (both or neither), read before anything starts. */
+function tlsFiles(config: Config): { cert: Buffer; key: Buffer } | undefined {
+  const { cert, key } = config.tls;
+  if (!cert && !key) return undefined;
+  if (!cert || !key) throw new Error('TLS needs both a certificate (--tls-cert) and its key (--tls-key)');
+  const read = (file: string, what: string): Buffer => {
+    try {
+      return readFileSync(file);
+    } catch (e) {
+      throw new Error(`cannot read the TLS ${what} ${file}: ${(e as Error).message}`);
+    }
+  };
+  return { cert: read(cert, 'certificate'), key: read(key, 'key') };
+}
+
 /** Opens the store, wires the services, starts controllers and the API. */
 export async function startDaemon(config: Config, opts: DaemonOptions = {}): Promise<Daemon> {
   const logger = opts.logger ?? pino({ level: config.logLevel });
+  const https = tlsFiles(config);
+  restrictFileModes(config.dataDir);
   const store = new SqliteStore(pathsFor(config.dataDir).db);
   const services = createServices(config, store, opts.clock);
   const controllers = (await opts.controllers?.(services, logger)) ?? [];
@@ -50,12 +69,19 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   services.controllers = controllers;
   const metrics = new DaemonMetrics(store);
   await metrics.start();
-  const api = buildApi({ services, logger, bodyLimit: config.bodyLimit, metrics });
+  const api = buildApi({
+    services,
+    logger,
+    bodyLimit: config.bodyLimit,
+    metrics,
+    rateLimit: config.rateLimit,
+    https,
+  });
   const { host, port } = splitListen(config.listen);
   await api.listen({ host, port });
   const addr = api.server.address();
   const actualPort = typeof addr === 'object' && addr ? addr.port : port;
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
+  const url = `${https ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
   logger.info({ url, dataDir: config.dataDir }, 'unihost API listening');
   return {
     config,

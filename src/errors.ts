@@ -69,6 +69,12 @@ export const ERROR_CODES = {
   UH_DOMAIN_TAKEN: { http: 409, api: ApiErrorNumber.CannotBeUsed, doc: 'The domain is in use or reserved.' },
   /** A quota (hard limit) would be exceeded. */
   UH_QUOTA: { http: 429, api: ApiErrorNumber.Quota, doc: 'A quota of the account would be exceeded.' },
+  /** Too many requests (rate limit) or concurrent waits of one user. */
+  UH_TOO_MANY: {
+    http: 429,
+    api: ApiErrorNumber.TooMany,
+    doc: 'Too many requests per time, or too many concurrent waits, for this user.',
+  },
   /** A value lies outside the account's min/max limits. */
   UH_LIMIT: { http: 400, api: ApiErrorNumber.Invalid, doc: 'A value lies outside the account limits.' },
   /** The requested memory is below what the image needs. */
@@ -104,6 +110,12 @@ export const ERROR_CODES = {
     http: 409,
     api: ApiErrorNumber.CertCNMisMatch,
     doc: 'The certificate does not cover the domain.',
+  },
+  /** Starting would take the guests' RAM over the host's memory budget (all users together). */
+  UH_HOST_FULL: {
+    http: 503,
+    api: ApiErrorNumber.NoFree,
+    doc: 'The host has no memory left for another guest; try again after instances stop.',
   },
   /** No free resource (addresses, ports) is left. */
   UH_NO_FREE: { http: 503, api: ApiErrorNumber.NoFree, doc: 'No free resource is left.' },

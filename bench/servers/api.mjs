@@ -10,8 +10,10 @@ import { createInTx } from '../../dist/services/instances-create.js';
 const n = Number(process.argv[2] ?? 10000);
 const dataDir = mkdtempSync(join(tmpdir(), 'unihost-bench-'));
 const hard = { ...DEFAULTS.defaultQuotas.hard, instances: n + 10 };
+// One user at full speed: the rate limiter stays on (its cost is measured) with a budget the load never reaches.
+const rateLimit = { max: 1e9, windowMs: 60_000 };
 const d = await startDaemon(
-  { ...DEFAULTS, dataDir, listen: '127.0.0.1:0', defaultQuotas: { ...DEFAULTS.defaultQuotas, hard } },
+  { ...DEFAULTS, dataDir, listen: '127.0.0.1:0', defaultQuotas: { ...DEFAULTS.defaultQuotas, hard }, rateLimit },
   { logger: pino({ level: 'silent' }) },
 );
 const { token, user } = await d.services.users.create('bench', false);

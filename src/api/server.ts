@@ -11,6 +11,7 @@ import { buildOpenApi } from './openapi.js';
 import { requestId, serveMetrics } from './observe.js';
 import { serveEvents } from './events.js';
 import type { DaemonMetrics } from '../metrics.js';
+import { registerRateLimit, type RateLimitOptions } from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -26,6 +27,10 @@ export interface ApiOptions {
   metrics?: DaemonMetrics;
   /** largest accepted request body in bytes */
   bodyLimit?: number;
+  /** per-user request rate limit; absent or `max: 0` = none */
+  rateLimit?: RateLimitOptions;
+  /** serve HTTPS with this certificate chain and key (PEM) */
+  https?: { cert: string | Buffer; key: string | Buffer };
 }
 
 const opTime = (req: FastifyRequest): number => Number((process.hrtime.bigint() - req.t0) / 1000n);
@@ -149,8 +154,11 @@ class RequestCtx implements Ctx {
   get signal(): AbortSignal {
     if (!this.ac) {
       const a = (this.ac = new AbortController());
-      this.req.raw.once('close', () => {
-        if (!this.reply.sent) a.abort();
+      // The response's 'close', not the request's: a request emits 'close' once its body is read,
+      // which would abort every wait at once; the response closes when sent or when the client left.
+      const res = this.reply.raw;
+      res.once('close', () => {
+        if (!res.writableFinished) a.abort();
       });
     }
     return this.ac.signal;
@@ -188,6 +196,7 @@ async function runEntries(
 export function buildApi(opts: ApiOptions): FastifyInstance {
   const { services } = opts;
   const app = Fastify({
+    ...(opts.https ? { https: opts.https } : {}),
     loggerInstance: opts.logger,
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     logController: new LogController({ disableRequestLogging: true }),
@@ -247,9 +256,18 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
   // `GET /v1/instances/start` matches `/v1/instances/:uuid`; it is a wrong method on an existing path, not a bad UUID.
   const staticPaths = new Set(ENDPOINTS.map((d) => d.path).filter((p) => !p.includes(':')));
   const isOtherRoute = (req: FastifyRequest): boolean => staticPaths.has(req.url.split('?')[0]!.replace(/\/+$/, ''));
-  // A plain word where a UUID goes (`/v1/instances/history`) is a path this API lacks, not a mistyped UUID.
-  const isWord = (segment: string): boolean => /^[a-z_]+$/i.test(segment);
 
+  if (opts.rateLimit) registerRateLimit(app as unknown as FastifyInstance, opts.rateLimit);
+  // In a plugin, so the routes are added after the rate limiter (registered above) has loaded.
+  void app.register(async (scope) => addRoutes(scope as unknown as FastifyInstance, services, isOtherRoute));
+  return app as unknown as FastifyInstance;
+}
+
+/** A plain word where a UUID goes (`/v1/instances/history`) is a path this API lacks, not a mistyped UUID. */
+const isWord = (segment: string): boolean => /^[a-z_]+$/i.test(segment);
+
+/** The endpoint table's routes, and the few fixed ones. */
+function addRoutes(app: FastifyInstance, services: Services, isOtherRoute: (req: FastifyRequest) => boolean): void {
   for (const def of ENDPOINTS) {
     const c = compile(def as EndpointDef);
     const handler = async (req: FastifyRequest, reply: FastifyReply) => {
@@ -287,5 +305,4 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     op_time_us: opTime(req),
   }));
   app.get('/', async (req) => ({ status: 'success', message: 'unihost API v1', op_time_us: opTime(req) }));
-  return app as unknown as FastifyInstance;
 }

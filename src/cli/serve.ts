@@ -1,6 +1,16 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config.js';
 
+interface ServeOpts {
+  listen?: string;
+  dataDir?: string;
+  metro?: string;
+  metroDomain?: string;
+  config?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+}
+
 /** `unihost serve`: runs the daemon in the foreground until SIGINT/SIGTERM. */
 export function registerServe(program: Command): void {
   program
@@ -14,8 +24,11 @@ export function registerServe(program: Command): void {
       'public domain of the metro (env UNIHOST_METRO_DOMAIN; default unihost.localhost)',
     )
     .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)')
-    .action(async (o: { listen?: string; dataDir?: string; metro?: string; metroDomain?: string; config?: string }) => {
-      const config = loadConfig(o);
+    .option('--tls-cert <file>', 'serve the API over HTTPS with this PEM certificate chain (env UNIHOST_TLS_CERT)')
+    .option('--tls-key <file>', 'the PEM key of --tls-cert (env UNIHOST_TLS_KEY)')
+    .action(async (o: ServeOpts) => {
+      const { tlsCert, tlsKey, ...rest } = o;
+      const config = loadConfig({ ...rest, tls: { cert: tlsCert, key: tlsKey } });
       // loaded here, not at the top: client commands start faster without the daemon's modules
       const { startDaemon } = await import('../daemon.js');
       const { defaultControllers } = await import('../controllers.js');

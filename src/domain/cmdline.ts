@@ -2,19 +2,43 @@
  * Kernel command line of the guest boot contract (docs/guest-contract.md §1):
  * `<image kernel_args> <platform args> -- <application args>`. Words are
  * grouped with double or single quotes, without escapes (Unikraft's parser),
- * so a word may not hold both quote characters.
+ * so a word with both quote characters is quoted in runs (quoteWord).
  */
 
-/** Why a word cannot be passed on the command line, or null. */
+/** Why an application argument cannot be passed on the command line, or null. */
 export function wordProblem(w: string): string | null {
   if (/[\n\r\0]/.test(w)) return 'must not contain newlines or NUL characters';
-  if (w.includes('"') && w.includes("'")) return 'must not contain both single and double quotes';
   return null;
 }
 
+/**
+ * Why an env value cannot be passed, or null. Env entries travel inside the
+ * `env.vars=[ ... ]` array as one quoted word each (docs/api.md promises the
+ * rule): a value holding both quote characters cannot be quoted that way.
+ */
+export function envValueProblem(v: string): string | null {
+  return wordProblem(v) ?? (v.includes('"') && v.includes("'") ? 'must not contain both \' and " quotes' : null);
+}
+
+/**
+ * Host encoding of one word (guest contract §1): bare when it needs no
+ * quotes, else quoted with the quote character it does not contain, else
+ * split into runs without `"` / without `'`, each quoted, concatenated.
+ */
 export function quoteWord(w: string): string {
   if (w !== '' && !/[\s"']/.test(w)) return w;
-  return w.includes('"') ? `'${w}'` : `"${w}"`;
+  if (!w.includes('"')) return `"${w}"`;
+  if (!w.includes("'")) return `'${w}'`;
+  // Greedy runs: at each point take the longer stretch free of one quote character.
+  let out = '';
+  for (let i = 0; i < w.length;) {
+    const noDq = (w.indexOf('"', i) + 1 || w.length + 1) - 1;
+    const noSq = (w.indexOf("'", i) + 1 || w.length + 1) - 1;
+    const end = Math.max(noDq, noSq);
+    out += noDq >= noSq ? `"${w.slice(i, end)}"` : `'${w.slice(i, end)}'`;
+    i = end;
+  }
+  return out;
 }
 
 /** Always quoted: array elements of `env.vars` and `vfs.fstab`. */

@@ -1,28 +1,26 @@
-import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { promisify } from 'node:util';
 import type { Controller } from '../daemon.js';
+import { CommandError, FS_COMMAND_TIMEOUT_MS, runCommand } from '../network/cmd.js';
 import type { Services } from '../services/index.js';
 import { KeyedQueue } from './engine.js';
-
-const run = promisify(execFile);
 
 /**
  * Checks a volume image before a VM mounts it (`e2fsck -fn`: read-only, no
  * repairs). Returns null when it is usable, else what is wrong. Exit status
  * 4 and above means errors left uncorrected or no file system at all.
  */
-export async function checkVolumeFile(file: string): Promise<string | null> {
+export async function checkVolumeFile(file: string, timeoutMs = FS_COMMAND_TIMEOUT_MS): Promise<string | null> {
   if (!existsSync(file)) return `the image file ${file} is missing`;
   try {
-    await run('e2fsck', ['-fn', file]);
+    await runCommand(['e2fsck', '-fn', file], { timeoutMs });
     return null;
   } catch (e) {
-    const x = e as { code?: number; stdout?: string; stderr?: string };
-    if (typeof x.code === 'number' && x.code < 4) return null;
-    const detail = `${x.stderr ?? ''}${x.stdout ?? ''}`.trim().split('\n').slice(0, 3).join(' / ');
-    return `the ext4 image is damaged (e2fsck exit ${x.code}): ${detail}`;
+    if (!(e instanceof CommandError) || e.code === null)
+      return `checking the ext4 image failed: ${(e as Error).message}`;
+    if (e.code < 4) return null;
+    const detail = `${e.stderr}${e.stdout}`.trim().split('\n').slice(0, 3).join(' / ');
+    return `the ext4 image is damaged (e2fsck exit ${e.code}): ${detail}`;
   }
 }
 
@@ -73,7 +71,9 @@ export class VolumeController implements Controller {
       const tmp = `${file}.tmp`;
       try {
         // -b 4096: small images would otherwise get 1 KiB blocks (DATAPLANE-NOTES).
-        await run('mkfs.ext4', ['-q', '-F', '-b', '4096', '-E', 'root_owner=0:0', tmp, `${v.size_mb}M`]);
+        await runCommand(['mkfs.ext4', '-q', '-F', '-b', '4096', '-E', 'root_owner=0:0', tmp, `${v.size_mb}M`], {
+          timeoutMs: FS_COMMAND_TIMEOUT_MS,
+        });
         renameSync(tmp, file);
       } catch (e) {
         rmSync(tmp, { force: true });

@@ -1,11 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { parse as shellParse } from 'shell-quote';
+import { envValueProblem, wordProblem } from '../domain/cmdline.js';
 import { allocateIp, macFor } from '../domain/ipam.js';
 import { instanceDefaultName, NAME_MAX, randomSuffix } from '../domain/names.js';
 import { err } from '../errors.js';
 import type { InstanceRec, RestartPolicy, ServiceGroupRec, Tx, UserRec, VolumeRec } from '../store/types.js';
 import type { Deps } from './index.js';
 import type { GroupDescription } from './groups.js';
+import { assertHostCapacity } from './capacity.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { checkMountPath } from './volumes.js';
 
@@ -108,7 +110,17 @@ export function checkCreate(p: CreateParams) {
   if (sg && sg.uuid !== undefined && sg.name !== undefined) {
     throw err('UH_NOT_BOTH', "parameter 'service_group': give either 'uuid' or 'name', not both");
   }
-  return { policy, args: splitArgs(p.args) };
+  for (const [k, v] of Object.entries(p.env ?? {})) {
+    const why = envValueProblem(v);
+    if (why)
+      throw err('UH_INVALID', `parameter 'env': the value of '${k}' ${why} (it travels on the kernel command line)`);
+  }
+  const args = splitArgs(p.args);
+  for (const [i, a] of (args ?? []).entries()) {
+    const why = wordProblem(a);
+    if (why) throw err('UH_INVALID', `parameter 'args': argument ${i} ${why} (it travels on the kernel command line)`);
+  }
+  return { policy, args };
 }
 
 /** A volume entry names an existing volume (uuid or name) or sizes a new one: exactly one of the three. */
@@ -149,6 +161,7 @@ export async function createInTx(
   const count = 1 + (p.replicas ?? 0);
   const live = p.autostart ? count : 0;
   await assertQuota(tx, deps.config, user, { instances: count, live_instances: live, live_memory_mb: live * memory });
+  await assertHostCapacity(tx, deps.config.capacity, live, live * memory);
 
   let group: ServiceGroupRec | null = null;
   const sg = p.service_group;

@@ -12,8 +12,9 @@ import type { InstanceRec, InstanceState, Store, Tx, UserRec } from '../store/ty
 import { ConsoleLog } from '../machines/console-log.js';
 import type { Deps } from './index.js';
 import { createInTx, type CreateParams } from './instances-create.js';
+import { assertHostCapacity } from './capacity.js';
 import { assertQuota } from './users.js';
-import { waitForChange } from './wait.js';
+import { WaitHub, type WaitLease } from './wait.js';
 
 export interface StopParams {
   force?: boolean;
@@ -35,7 +36,14 @@ export async function findInstance(tx: Tx, user: UserRec, t: Target): Promise<In
 
 /** Instance lifecycle: records intent in the store; the machine controller makes it so. */
 export class InstanceService {
+  private hub: WaitHub | undefined;
+
   constructor(private readonly deps: Deps) {}
+
+  /** Every wait of the daemon (GET wait, start and create with a wait timeout). */
+  get waits(): WaitHub {
+    return (this.hub ??= new WaitHub(this.store, this.deps.config.maxWaitsPerUser));
+  }
 
   private get store(): Store {
     return this.deps.store;
@@ -127,8 +135,10 @@ export class InstanceService {
     const to = nextState(inst.state, 'start');
     if (to) {
       patch.stop_request = null;
-      if (!isLive(inst.state))
+      if (!isLive(inst.state)) {
         await assertQuota(tx, this.deps.config, user, { live_instances: 1, live_memory_mb: inst.memory_mb });
+        await assertHostCapacity(tx, this.deps.config.capacity, 1, inst.memory_mb);
+      }
       patch.state = to;
     }
     await tx.instances.update(inst.id, patch);
@@ -136,25 +146,31 @@ export class InstanceService {
   }
 
   async start(user: UserRec, t: Target, waitMs: number | undefined, signal?: AbortSignal) {
-    const { before, after } = await this.store.tx(async (tx) => {
-      const inst = await findInstance(tx, user, t);
-      return { before: inst, after: await this.startInTx(tx, user, inst, true) };
-    });
     const timeout = this.timeout(waitMs, 0);
-    let now: InstanceRec | undefined = after;
-    if (timeout > 0) {
-      await this.waitBooted(after.id, timeout, signal);
-      now = await this.store.read((tx) => tx.instances.get(user.id, after.id));
+    // Reserved before the start: a refused wait must not leave a half-done request.
+    const lease = timeout > 0 ? this.waits.reserve(user.id, 1) : null;
+    try {
+      const { before, after } = await this.store.tx(async (tx) => {
+        const inst = await findInstance(tx, user, t);
+        return { before: inst, after: await this.startInTx(tx, user, inst, true) };
+      });
+      let now: InstanceRec | undefined = after;
+      if (lease) {
+        await this.waitBooted(lease, after.id, timeout, signal);
+        now = await this.store.read((tx) => tx.instances.get(user.id, after.id));
+      }
+      const state = now?.state ?? after.state;
+      return {
+        uuid: after.id,
+        name: after.name,
+        state,
+        previous_state: before.state,
+        // a boot that failed while the call waited: say how it ended
+        ...(lease && now && state === 'stopped' ? stopFields(now) : {}),
+      };
+    } finally {
+      lease?.release();
     }
-    const state = now?.state ?? after.state;
-    return {
-      uuid: after.id,
-      name: after.name,
-      state,
-      previous_state: before.state,
-      // a boot that failed while the call waited: say how it ended
-      ...(timeout > 0 && now && state === 'stopped' ? stopFields(now) : {}),
-    };
   }
 
   /** PUT stop: records the stop request; the controller performs it. Does not block. */
@@ -208,19 +224,34 @@ export class InstanceService {
 
   /** POST /v1/instances: one entry per created instance (replicas included). */
   async create(user: UserRec, p: CreateParams, signal?: AbortSignal): Promise<Record<string, unknown>[]> {
+    const timeout = p.autostart ? this.timeout(p.wait_timeout_ms, 0) : 0;
+    const lease = timeout > 0 ? this.waits.reserve(user.id, 1 + (p.replicas ?? 0)) : null;
+    try {
+      return await this.createAndWait(user, p, timeout, lease, signal);
+    } finally {
+      lease?.release();
+    }
+  }
+
+  private async createAndWait(
+    user: UserRec,
+    p: CreateParams,
+    timeout: number,
+    lease: WaitLease | null,
+    signal?: AbortSignal,
+  ): Promise<Record<string, unknown>[]> {
     const { instances, summary } = await this.store.tx(async (tx) => {
       const r = await createInTx(this.deps, tx, user, p);
       return { instances: r.instances, summary: r.group ? await this.deps.groups.summary(tx, r.group) : null };
     });
-    const timeout = p.autostart ? this.timeout(p.wait_timeout_ms, 0) : 0;
     const deadline = this.deps.clock.now() + timeout;
     const out: Record<string, unknown>[] = [];
     for (const inst of instances) {
       let state = inst.state;
       let boot: number | null = null;
       let ended: Record<string, number> = {};
-      if (timeout > 0) {
-        await this.waitBooted(inst.id, Math.max(0, deadline - this.deps.clock.now()), signal);
+      if (lease) {
+        await this.waitBooted(lease, inst.id, Math.max(0, deadline - this.deps.clock.now()), signal);
         const now = await this.store.read((tx) => tx.instances.getAny(inst.id));
         state = now?.state ?? state;
         // boot_time_us only for a boot that reached running; a failed boot says how it ended
@@ -235,7 +266,7 @@ export class InstanceService {
         private_ip: inst.private_ip,
       };
       if (summary) e.service_group = summary;
-      if (timeout > 0 && boot !== null) e.boot_time_us = boot;
+      if (lease && boot !== null) e.boot_time_us = boot;
       Object.assign(e, ended);
       out.push(e);
     }
@@ -268,7 +299,13 @@ export class InstanceService {
     // ended, and no restart is due); an instance that was already stopped may still be started later.
     const gaveUp = (rec: InstanceRec) =>
       state === 'running' && rec.state === 'stopped' && rec.desired === 'stopped' && rec.stopped_at !== inst.stopped_at;
-    const r = await this.waitUntil(inst.id, (rec) => rec.state === state || gaveUp(rec), timeoutMs, signal);
+    const lease = this.waits.reserve(user.id, 1);
+    let r;
+    try {
+      r = await this.waitUntil(lease, inst.id, (rec) => rec.state === state || gaveUp(rec), timeoutMs, signal);
+    } finally {
+      lease.release();
+    }
     if (!r) throw err('UH_TIMEOUT', `instance '${inst.name}' did not reach state '${state}' within ${timeoutMs} ms`);
     if (r.state === undefined) throw err('UH_NOT_FOUND', `instance '${inst.name}' was deleted while waiting`);
     if (r.state !== state) {
@@ -285,8 +322,9 @@ export class InstanceService {
    * Resolves when the instance is running, or stopped for good (its boot
    * failed or it ended, and no restart is due): waiting longer cannot help.
    */
-  waitBooted(id: string, timeoutMs: number, signal?: AbortSignal) {
+  waitBooted(lease: WaitLease, id: string, timeoutMs: number, signal?: AbortSignal) {
     return this.waitUntil(
+      lease,
       id,
       (rec) => rec.state === 'running' || (rec.state === 'stopped' && rec.desired === 'stopped'),
       timeoutMs,
@@ -295,9 +333,14 @@ export class InstanceService {
   }
 
   /** Re-checks `done` after each change of the instance; `{state: undefined}` when it was deleted. */
-  private waitUntil(id: string, done: (rec: InstanceRec) => boolean, timeoutMs: number, signal?: AbortSignal) {
-    return waitForChange(
-      this.store,
+  private waitUntil(
+    lease: WaitLease,
+    id: string,
+    done: (rec: InstanceRec) => boolean,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ) {
+    return lease.wait(
       'instance',
       id,
       async () => {

@@ -3,6 +3,7 @@ import { checkName } from '../domain/names.js';
 import { err } from '../errors.js';
 import type { Config } from '../config.js';
 import type { Hard, Limits, QuotaOverrides, Store, Tx, UserRec } from '../store/types.js';
+import { decodeToken, TokenCache } from './tokens.js';
 
 const sha256 = (s: string): Buffer => createHash('sha256').update(s).digest();
 
@@ -32,16 +33,28 @@ export async function assertQuota(tx: Tx, config: Config, user: UserRec, delta: 
 
 /** Users, their bearer tokens and their quotas. */
 export class UserService {
-  private cache = new Map<string, { user: UserRec; until: number }>();
+  private readonly cache = new TokenCache(5_000);
+  /** the store's external version the cache entries were verified against */
+  private version: number;
 
   constructor(
     private readonly store: Store,
     private readonly config: Config,
   ) {
-    // A changed user (quotas, permissions) must not be served from the cache.
+    this.version = store.externalVersion();
+    // A changed user (quotas, permissions) or token (revoked) must not be served from the cache.
     store.onChange((c) => {
       if (c.kind === 'user') this.cache.clear();
     });
+  }
+
+  /** Drops the cache when another process (the admin commands: revoke, quotas) wrote to the store. */
+  private syncExternal(): void {
+    const v = this.store.externalVersion();
+    if (v !== this.version) {
+      this.version = v;
+      this.cache.clear();
+    }
   }
 
   /** Creates a user and its first token. Returns the token (shown once). */
@@ -70,49 +83,80 @@ export class UserService {
     return { user, token: Buffer.from(`${user.name}:${secret}`).toString('base64') };
   }
 
-  /** Issues one more token for an existing user. */
-  async newToken(name: string): Promise<string> {
+  /** Issues one more token for an existing user; returns it (shown once) and its id (for revocation). */
+  async newToken(name: string): Promise<{ token: string; id: string }> {
     const secret = randomBytes(24).toString('base64url');
+    const id = randomUUID();
     await this.store.tx(async (tx) => {
       const user = await tx.users.getByName(name.toLowerCase());
       if (!user) throw err('UH_NOT_FOUND', `no user '${name}'`);
       await tx.tokens.insert({
-        id: randomUUID(),
+        id,
         user_id: user.id,
         secret_hash: sha256(secret).toString('hex'),
         created_at: new Date().toISOString(),
       });
     });
-    return Buffer.from(`${name.toLowerCase()}:${secret}`).toString('base64');
+    return { token: Buffer.from(`${name.toLowerCase()}:${secret}`).toString('base64'), id };
+  }
+
+  /** Lists a user's tokens (ids and creation times; the secrets are not stored). */
+  async tokens(name: string): Promise<{ id: string; created_at: string }[]> {
+    return this.store.read(async (tx) => {
+      const user = await tx.users.getByName(name.toLowerCase());
+      if (!user) throw err('UH_NOT_FOUND', `no user '${name}'`);
+      const list = await tx.tokens.listForUser(user.id);
+      return list
+        .map((t) => ({ id: t.id, created_at: t.created_at }))
+        .sort((a, b) => (a.created_at < b.created_at ? -1 : 1));
+    });
+  }
+
+  /**
+   * Revokes one token of a user (by id) or all of them; returns the ids
+   * revoked. The token answers 401 from the next request on, in this
+   * process (change listener) and in a daemon that did not make the change
+   * (external version check).
+   */
+  async revokeTokens(name: string, which: { all: true } | { id: string }): Promise<string[]> {
+    return this.store.tx(async (tx) => {
+      const user = await tx.users.getByName(name.toLowerCase());
+      if (!user) throw err('UH_NOT_FOUND', `no user '${name}'`);
+      const list = await tx.tokens.listForUser(user.id);
+      const gone = 'all' in which ? list : list.filter((t) => t.id === which.id.toLowerCase());
+      if (gone.length === 0 && !('all' in which))
+        throw err('UH_NOT_FOUND', `user '${user.name}' has no token '${which.id}'`);
+      for (const t of gone) await tx.tokens.delete(t.id);
+      return gone.map((t) => t.id);
+    });
+  }
+
+  /** The user of a recently verified token, without touching the store; undefined on a miss. */
+  cachedUser(header: string | undefined): UserRec | undefined {
+    if (!header || !header.startsWith('Bearer ')) return undefined;
+    this.syncExternal();
+    return this.cache.get(header.slice(7).trim(), Date.now());
   }
 
   /**
    * Resolves an `Authorization` header to a user, or undefined. Tokens are
-   * `base64("<user>:<secret>")`; the secret's hash is compared in constant
-   * time against each of the user's token hashes.
+   * `base64("<user>:<secret>")` in canonical encoding; the secret's hash is
+   * compared in constant time against each of the user's token hashes.
    */
-  /** The user of a recently verified token, without touching the store; undefined on a miss. */
-  cachedUser(header: string | undefined): UserRec | undefined {
-    if (!header || !header.startsWith('Bearer ')) return undefined;
-    const hit = this.cache.get(header.slice(7).trim());
-    return hit && hit.until > Date.now() ? hit.user : undefined;
-  }
-
   async authenticate(header: string | undefined): Promise<UserRec | undefined> {
     if (!header) return undefined;
-    const m = /^Bearer\s+([A-Za-z0-9+/=_-]{4,512})\s*$/i.exec(header);
+    const m = /^Bearer\s+(\S{1,1024})\s*$/i.exec(header);
     if (!m) return undefined;
     const token = m[1]!;
-    const hit = this.cache.get(token);
+    this.syncExternal();
     const now = Date.now();
-    if (hit && hit.until > now) return hit.user;
-    const decoded = Buffer.from(token, 'base64').toString('utf8');
-    const colon = decoded.indexOf(':');
-    if (colon <= 0) return undefined;
-    const name = decoded.slice(0, colon);
-    const secret = sha256(decoded.slice(colon + 1));
+    const hit = this.cache.get(token, now);
+    if (hit) return hit;
+    const parts = decodeToken(token);
+    if (!parts) return undefined;
+    const secret = sha256(parts.secret);
     const user = await this.store.read(async (tx) => {
-      const u = await tx.users.getByName(name);
+      const u = await tx.users.getByName(parts.name);
       if (!u) return undefined;
       let ok = false;
       for (const t of await tx.tokens.listForUser(u.id)) {
@@ -121,10 +165,7 @@ export class UserService {
       }
       return ok ? u : undefined;
     });
-    if (user) {
-      if (this.cache.size > 10_000) this.cache.clear();
-      this.cache.set(token, { user, until: now + 5_000 });
-    }
+    if (user) this.cache.set(token, user, now);
     return user;
   }
 

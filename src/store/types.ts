@@ -247,6 +247,8 @@ export interface Tx {
   tokens: {
     listForUser(userId: string): Promise<TokenRec[]>;
     insert(rec: TokenRec): Promise<void>;
+    /** revocation: the token stops authenticating */
+    delete(id: string): Promise<void>;
   };
   events: {
     /** The user's events after id `after` (exclusive), oldest first, at most `limit`. */
@@ -268,6 +270,8 @@ export interface Tx {
     ipTaken(ip: string): Promise<boolean>;
     /** the instance holding a private IP (DNS: who is asking) */
     getByIp(ip: string): Promise<InstanceRec | undefined>;
+    /** live instances (not `stopped`) of every user and their memory: host admission control */
+    hostLive(): Promise<{ vms: number; memory_mb: number }>;
     /** private IP of the most recently created instance that has one */
     lastIp(): Promise<string | undefined>;
   };
@@ -325,6 +329,12 @@ export interface Store {
   tx<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
   /** Runs `fn` on a consistent snapshot; writes through it are refused. */
   read<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  /**
+   * A number that changes whenever another process (the admin commands)
+   * committed to the store; caches of what such processes change (tokens,
+   * users) compare it before trusting an entry. Cheap enough per request.
+   */
+  externalVersion(): number;
   /** Subscribes to committed changes; returns the unsubscribe function. */
   onChange(listener: (c: Change) => void): () => void;
   close(): Promise<void>;

@@ -65,6 +65,8 @@ export async function startHarness(
     dataDir,
     machines: { ...DEFAULTS.machines, ...over.machines },
     network: { ...DEFAULTS.network, ...over.network },
+    // A fixed budget: results must not depend on the RAM of the machine running the tests.
+    capacity: { ...DEFAULTS.capacity, memoryMb: 1_000_000, ...over.capacity },
     defaultQuotas: {
       hard: { ...DEFAULTS.defaultQuotas.hard, ...over.defaultQuotas?.hard },
       limits: { ...DEFAULTS.defaultQuotas.limits, ...over.defaultQuotas?.limits },
@@ -73,6 +75,9 @@ export async function startHarness(
   const daemon = await startDaemon(config, {
     logger: opts.logger ?? pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }),
     controllers: controllers ? (s) => controllers(s) : undefined,
+  }).catch((e: unknown) => {
+    rmSync(dataDir, { recursive: true, force: true });
+    throw e;
   });
   return {
     daemon,

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig, type Config } from '../../config.js';
+import { restrictFileModes } from '../../file-modes.js';
 import type { createServices } from '../../services/index.js';
 import type { Hard, Limits } from '../../store/types.js';
 
@@ -14,6 +15,8 @@ export async function withServices<T>(
   fn: (s: ReturnType<typeof createServices>, c: Config) => Promise<T>,
 ): Promise<T> {
   const config = loadConfig({ dataDir: o.dataDir, config: o.config });
+  // The store may be created here (first import before the first start): same modes as the daemon's.
+  restrictFileModes(config.dataDir);
   // loaded here, not at the top: client commands start faster without the store's modules
   const { createServices, pathsFor } = await import('../../services/index.js');
   const { SqliteStore } = await import('../../store/sqlite/index.js');
@@ -79,12 +82,7 @@ export function registerAdmin(program: Command): void {
           );
       });
     });
-  user
-    .command('token <name>')
-    .description('issue another bearer token for a user')
-    .action(async (name: string) => {
-      await withServices(admin.opts(), async (s) => console.log(await s.users.newToken(name)));
-    });
+  registerTokens(user, admin);
   user
     .command('list')
     .description('list users')
@@ -105,6 +103,43 @@ export function registerAdmin(program: Command): void {
             : (await s.users.list()).find((x) => x.name === name.toLowerCase());
         if (!u) throw new Error(`no user '${name}'`);
         console.log(JSON.stringify(await s.users.quotas(u), null, 2));
+      });
+    });
+}
+
+/** `admin user token [new] NAME`, `token list NAME`, `token revoke NAME (--all | TOKEN-ID)`. */
+function registerTokens(user: Command, admin: Command): void {
+  const token = user.command('token').description('issue (token NAME), list or revoke bearer tokens');
+  token
+    .command('new <name>', { isDefault: true })
+    .description('issue another bearer token for a user (the default: `token NAME`)')
+    .action(async (name: string) => {
+      await withServices(admin.opts(), async (s) => {
+        const { token: secret, id } = await s.users.newToken(name);
+        console.log(secret);
+        // stderr: scripts capture the token alone from stdout
+        console.error(`token id: ${id} (revoke with: unihost admin user token revoke ${name} ${id})`);
+      });
+    });
+  token
+    .command('list <name>')
+    .description("list a user's token ids (oldest first)")
+    .action(async (name: string) => {
+      await withServices(admin.opts(), async (s) => {
+        for (const t of await s.users.tokens(name)) console.log(`${t.id}\t${t.created_at}`);
+      });
+    });
+  token
+    .command('revoke <name> [token-id]')
+    .description('revoke one token (by id, see `token list`) or --all; the API answers 401 to it at once')
+    .option('--all', 'revoke every token of the user')
+    .action(async (name: string, id: string | undefined, o: { all?: boolean }) => {
+      if (!o.all === !id) throw new Error('give a token id or --all (not both)');
+      await withServices(admin.opts(), async (s) => {
+        const gone = await s.users.revokeTokens(name, o.all ? { all: true } : { id: id! });
+        console.log(
+          `revoked ${gone.length} token(s) of '${name.toLowerCase()}'${gone.length ? `: ${gone.join(', ')}` : ''}`,
+        );
       });
     });
 }

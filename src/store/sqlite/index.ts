@@ -86,6 +86,7 @@ export class SqliteStore implements Store {
   private readonly cache = new RowCache<InstanceRec>(20_000);
   private readonly rtx: Tx;
   private queue: Promise<unknown> = Promise.resolve();
+  private readonly dataVersion: Database.Statement;
 
   constructor(path: string) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
@@ -101,6 +102,7 @@ export class SqliteStore implements Store {
     // Built once per connection: a Tx is a bundle of closures over prepared statements.
     this.wtx = makeTx(this.w, this.pending, null);
     this.rtx = this.r === this.w ? this.wtx : makeTx(this.r, { changes: null }, this.cache);
+    this.dataVersion = this.w.prepare('PRAGMA data_version').pluck();
   }
 
   private migrate(): void {
@@ -140,6 +142,11 @@ export class SqliteStore implements Store {
 
   read<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
     return fn(this.rtx);
+  }
+
+  externalVersion(): number {
+    // data_version of the write connection moves only on commits of other connections (r is read-only).
+    return this.dataVersion.get() as number;
   }
 
   onChange(listener: (c: Change) => void): () => void {
@@ -260,6 +267,7 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }, ca
     tokens: {
       listForUser: async (userId) => many<TokenRec>(S.tokens, 'SELECT * FROM tokens WHERE user_id=?', userId),
       insert: (rec) => insert(S.tokens, rec),
+      delete: (id) => del(S.tokens, id),
     },
     events: {
       after: async (userId, after, f, limit) =>
@@ -292,6 +300,10 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }, ca
         const row = prep('SELECT id FROM instances WHERE private_ip=?').get(ip) as { id: string } | undefined;
         return row ? instanceById(row.id) : undefined;
       },
+      hostLive: async () =>
+        prep(
+          "SELECT count(*) AS vms, coalesce(sum(memory_mb),0) AS memory_mb FROM instances WHERE state<>'stopped'",
+        ).get() as { vms: number; memory_mb: number },
       ipTaken: async (ip) => prep('SELECT 1 FROM instances WHERE private_ip=?').get(ip) !== undefined,
       lastIp: async () =>
         (

@@ -1,0 +1,36 @@
+import { statSync } from 'node:fs';
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Harness } from '../helpers/harness.js';
+import { VolumeController } from '../../src/reconcile/volumes.js';
+
+let h: Harness;
+const quiet = { warn: () => undefined, error: () => undefined };
+
+before(async () => {
+  // A lax launcher (a shell's usual umask): the daemon must not depend on it.
+  process.umask(0o022);
+  h = await startHarness({}, (s) => [new VolumeController(s, quiet)]);
+});
+after(async () => h.close());
+
+const mode = (path: string): number => statSync(path).mode & 0o777;
+
+test('the data dir and the database are for the daemon only', () => {
+  assert.equal(mode(h.dataDir), 0o700);
+  assert.equal(mode(h.daemon.services.paths.db), 0o600);
+  assert.equal(process.umask(), 0o077);
+});
+
+test('a new volume image (made by mkfs.ext4) is for the daemon only', async () => {
+  const token = await h.user('modes');
+  const r = await h.call('POST', '/v1/volumes', token, { name: 'data', size_mb: 4 });
+  assert.equal(r.status, 200, r.text);
+  const id = r.body.data.volumes[0].uuid as string;
+  await h.until(async () => {
+    const v = await h.daemon.store.read((tx) => tx.volumes.getAny(id));
+    assert.notEqual(v?.state, 'error', v?.message ?? '');
+    return v?.state === 'available';
+  }, 20_000);
+  assert.equal(mode(h.daemon.services.paths.volume(id)), 0o600);
+});
