@@ -54,6 +54,8 @@ type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]>
 export async function startHarness(
   over: DeepPartial<Config> = {},
   controllers?: (s: Services) => Controller[] | Promise<Controller[]>,
+  /** a logger of the test's own (e.g. one that captures every line at debug level) */
+  logger?: pino.Logger,
 ): Promise<Harness> {
   const dataDir = mkdtempSync(join(tmpdir(), 'unihost-test-'));
   const config: Config = {
@@ -69,7 +71,7 @@ export async function startHarness(
     },
   };
   const daemon = await startDaemon(config, {
-    logger: pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }),
+    logger: logger ?? pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }),
     controllers: controllers ? (s) => controllers(s) : undefined,
   });
   return {

@@ -141,4 +141,8 @@ export const MIGRATIONS: string[] = [
     digest TEXT NOT NULL REFERENCES images(digest)
   );
   `,
+  /* 2: certificates: where they come from and every name they cover (the key is a file, see src/certs/files.ts) */ `
+  ALTER TABLE certificates ADD COLUMN source TEXT NOT NULL DEFAULT 'acme';
+  ALTER TABLE certificates ADD COLUMN names TEXT NOT NULL DEFAULT '[]';
+  `,
 ];
