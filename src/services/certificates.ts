@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../api/endpoint.js';
+import { ChallengeAnswers } from '../certs/challenges.js';
 import { CertFiles } from '../certs/files.js';
 import { checkUpload, nameCovers, normalizeName } from '../certs/pem.js';
 import { checkName, randomSuffix } from '../domain/names.js';
@@ -38,6 +39,8 @@ export interface UploadIn {
 /** Certificates for custom domains. Issuance from an ACME authority is the certificate controller's job. */
 export class CertificateService {
   readonly files: CertFiles;
+  /** HTTP-01 answers the data plane gives while orders are validated */
+  readonly challenges = new ChallengeAnswers();
 
   constructor(private readonly deps: Deps) {
     this.files = new CertFiles(deps.paths.certs);
