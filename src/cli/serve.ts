@@ -1,6 +1,15 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config.js';
 
+interface ServeFlags {
+  listen?: string;
+  dataDir?: string;
+  metro?: string;
+  metroDomain?: string;
+  config?: string;
+  acmeDirectory?: string;
+}
+
 /** `unihost serve`: runs the daemon in the foreground until SIGINT/SIGTERM. */
 export function registerServe(program: Command): void {
   program
@@ -14,8 +23,13 @@ export function registerServe(program: Command): void {
       'public domain of the metro (env UNIHOST_METRO_DOMAIN; default unihost.localhost)',
     )
     .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)')
-    .action(async (o: { listen?: string; dataDir?: string; metro?: string; metroDomain?: string; config?: string }) => {
-      const config = loadConfig(o);
+    .option(
+      '--acme-directory <url>',
+      "ACME directory for custom domains' certificates (env UNIHOST_ACME_DIRECTORY; default Let's Encrypt production)",
+    )
+    .action(async (o: ServeFlags) => {
+      const { acmeDirectory, ...rest } = o;
+      const config = loadConfig({ ...rest, ...(acmeDirectory ? { acme: { directory: acmeDirectory } } : {}) });
       // loaded here, not at the top: client commands start faster without the daemon's modules
       const { startDaemon } = await import('../daemon.js');
       const { defaultControllers } = await import('../controllers.js');

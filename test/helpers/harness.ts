@@ -65,6 +65,8 @@ export async function startHarness(
     dataDir,
     machines: { ...DEFAULTS.machines, ...over.machines },
     network: { ...DEFAULTS.network, ...over.network },
+    // never Let's Encrypt from a test: a test that wants ACME names its own directory
+    acme: { ...DEFAULTS.acme, enabled: false, ...over.acme },
     defaultQuotas: {
       hard: { ...DEFAULTS.defaultQuotas.hard, ...over.defaultQuotas?.hard },
       limits: { ...DEFAULTS.defaultQuotas.limits, ...over.defaultQuotas?.limits },
