@@ -7,6 +7,7 @@ import { QemuDriver } from './machines/qemu/driver.js';
 import { MachineController } from './reconcile/machines.js';
 import { GatewayController } from './reconcile/gateway.js';
 import { NetworkController } from './reconcile/network.js';
+import { CertificateController } from './reconcile/certificates.js';
 import { waitForPort } from './network/probe.js';
 import { VolumeController } from './reconcile/volumes.js';
 import type { Services } from './services/index.js';
@@ -50,5 +51,12 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
     stopTimeoutMs: s.config.machines.stopTimeoutMs,
   });
   // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.
-  return [new VolumeController(s, log), ...(network ? [network] : []), machines, ...(gateway ? [gateway] : [])];
+  const certs = gateway && s.config.acme.enabled ? [new CertificateController(s, log)] : [];
+  return [
+    new VolumeController(s, log),
+    ...(network ? [network] : []),
+    machines,
+    ...(gateway ? [gateway] : []),
+    ...certs,
+  ];
 }
