@@ -144,9 +144,12 @@ export class HostNetwork {
     return this.serial(async () => {
       const spec = this.taps.get(tap);
       this.taps.delete(tap);
-      await this.applyRules();
-      await this.deleteTapDevice(tap);
-      if (spec) await this.forgetNeighbour(spec.ip);
+      // independent of each other once the tap is out of the known set: run at once
+      await Promise.all([
+        this.applyRules(),
+        this.deleteTapDevice(tap),
+        spec ? this.forgetNeighbour(spec.ip) : undefined,
+      ]);
     });
   }
 
