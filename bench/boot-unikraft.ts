@@ -46,6 +46,16 @@ export const fmt = (xs: number[]): string => {
   return `median ${st.median.toFixed(0).padStart(5)} ms  p95 ${st.p95.toFixed(0).padStart(5)} ms  (min ${st.min.toFixed(0)}, max ${st.max.toFixed(0)}, n=${xs.length})`;
 };
 
+/** A JSON API call with the bench user's token; GET parameters go in the body like the spec allows. */
+export const apiCaller = (url: string, token: string) => async (method: string, path: string, body: unknown) => {
+  const r = await request(url + path, {
+    method: method as 'GET',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return (await r.body.json()) as { status: string; data: Record<string, Record<string, unknown>[]> };
+};
+
 const SUBNET = '10.79.0.0/24';
 // raw QEMU gets a bridge of its own: the daemon's bridge only passes traffic of the taps it made
 const RAW_BRIDGE = 'benchbr0';
@@ -97,14 +107,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     await d.services.images.importKernel('helloworld:latest', { kernel: kernel('helloworld'), ...hello.choice });
     await d.services.images.importKernel('c-http:latest', { kernel: kernel('c-http'), ports: [8080], ...http.choice });
     const { token } = await d.services.users.create('bench', true);
-    const call = async (method: string, path: string, body: unknown) => {
-      const r = await request(d.url + path, {
-        method: method as 'GET',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      return (await r.body.json()) as { status: string; data: Record<string, Record<string, unknown>[]> };
-    };
+    const call = apiCaller(d.url, token);
 
     // raw QEMU: the driver's argv for the same image, kernel args and NIC (a tap on the same bridge)
     execFileSync('ip', ['link', 'add', RAW_BRIDGE, 'type', 'bridge']);
