@@ -227,7 +227,20 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     const secs = (performance.now() - t0) / 1000;
     const ok = created.data.instances!.filter((e) => e.state === 'running').length;
     const insts = await d.store.read((tx) => tx.instances.all());
-    const rss = insts.map((x) => processStats((x.runtime as { pid: number }).pid)?.rssBytes ?? 0).filter((b) => b > 0);
+    const pids = insts.map((x) => (x.runtime as { pid?: number }).pid).filter((p): p is number => !!p);
+    const rss = pids.map((p) => processStats(p)?.rssBytes ?? 0).filter((b) => b > 0);
+    const pss = () =>
+      pids.map((p) => Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/smaps_rollup`, 'utf8'))?.[1] ?? 0) * 1024);
+    const pssBefore = pss();
+    // KSM (machines.ksm, on by default) merges identical guest pages in the background: give it two full scans
+    const scans = () => Number(readFileSync('/sys/kernel/mm/ksm/full_scans', 'utf8'));
+    const ksmOn = existsSync('/sys/kernel/mm/ksm/run') && readFileSync('/sys/kernel/mm/ksm/run', 'utf8').trim() === '1';
+    if (ksmOn) {
+      const s0 = scans();
+      const until = performance.now() + 60_000;
+      while (scans() < s0 + 2 && performance.now() < until) await new Promise((r) => setTimeout(r, 500));
+    }
+    const pssAfter = pss();
     await call(
       'DELETE',
       '/v1/instances',
@@ -255,6 +268,9 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     }
     const mib = (b: number) => (b / 2 ** 20).toFixed(1);
     console.log(`QEMU RSS per running c-http (16 MB guest): median ${mib(stats(rss).median)} MiB (n=${rss.length})`);
+    console.log(
+      `proportional memory (PSS) per c-http: ${mib(stats(pssBefore).median)} MiB at start, ${mib(stats(pssAfter).median)} MiB ${ksmOn ? 'after two KSM scans' : '(KSM off)'}`,
+    );
     console.log(
       `throughput: ${ok}/${batch} c-http instances created and running in ${secs.toFixed(1)} s = ${((ok / secs) * 60).toFixed(0)} per minute`,
     );

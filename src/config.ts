@@ -95,6 +95,12 @@ export interface MachinesConfig {
   bootTimeoutMs: number;
   /** a graceful stop that has not ended by then becomes a forced one */
   stopTimeoutMs: number;
+  /**
+   * turn the kernel's same-page merging on at start (host-wide; QEMU marks
+   * guest RAM mergeable): identical pages of unikernel guests are shared
+   * (docs/machines.md, "Memory per guest")
+   */
+  ksm: boolean;
 }
 
 export function defaultDataDir(): string {
@@ -152,6 +158,7 @@ export const DEFAULTS: Config = {
     accel: 'auto',
     qemu: 'qemu-system-x86_64',
     tbSizeMb: 32,
+    ksm: true,
     bootTimeoutMs: 180_000,
     stopTimeoutMs: 15_000,
   },

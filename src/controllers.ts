@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Controller } from './daemon.js';
 import { registerDriver, type DriverFactory } from './machines/driver.js';
+import { enableKsm } from './machines/ksm.js';
 import { probeAccel } from './machines/qemu/accel.js';
 import { hostTscKhz } from './machines/qemu/argv.js';
 import { QemuDriver } from './machines/qemu/driver.js';
@@ -18,6 +19,7 @@ export async function machineDriver(s: Services, log: Logger): Promise<DriverFac
   if (m.driver !== 'qemu') throw new Error(`unknown machine driver '${m.driver}' (known: qemu)`);
   const accel = await probeAccel(m.accel, { qemu: m.qemu, log: (msg) => log.info(msg) });
   log.info({ accel }, `machines: QEMU with ${accel.toUpperCase()}`);
+  if (m.ksm) log.info({ ksm: enableKsm() }, 'machines: same-page merging (KSM) for guest memory');
   const factory: DriverFactory = (onEvent) =>
     new QemuDriver(
       {
