@@ -16,8 +16,9 @@ import {
 import { ConsoleLog } from '../console-log.js';
 import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../driver.js';
 import { processStats } from '../stats.js';
-import { parseControl } from '../stop-info.js';
+import { emptyControl } from '../stop-info.js';
 import { handoverOffset } from '../unikraft.js';
+import { ControlTail } from './control-tail.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 
@@ -43,8 +44,8 @@ interface Vm {
   panicked: boolean;
   status: number | null;
   exited: boolean;
-  ctlOffset: number;
-  ctlText: string;
+  /** the control channel (unihost contract) */
+  ctl: ControlTail | null;
   seen: { init: boolean; ready: boolean };
   console: ConsoleLog;
   /** console bytes of this boot (for the crash cause), capped */
@@ -142,8 +143,21 @@ export class QemuDriver implements MachineDriver {
       panicked: false,
       status: null,
       exited: false,
-      ctlOffset: 0,
-      ctlText: '',
+      ctl:
+        spec.contract === 'unihost'
+          ? new ControlTail(
+              {
+                path: runtimeFiles(spec.dir).control,
+                savedPath: runtimeFiles(spec.dir).controlState,
+                onFlood: (bytes) =>
+                  this.o.log?.(
+                    { id: spec.id, bytes },
+                    'the guest flooded its control channel: no longer read this boot, file truncated',
+                  ),
+              },
+              adopted,
+            )
+          : null,
       seen: { init: false, ready: false },
       console: new ConsoleLog(this.o.logDir(spec.id)),
       bootConsole: '',
@@ -202,12 +216,9 @@ export class QemuDriver implements MachineDriver {
       // A crash between the append above and this write replays one chunk at most on adoption.
       writeFileSync(f.serialPos, String(vm.serialOffset));
     }
-    if (vm.contract === 'unihost') {
-      const ctl = readFrom(f.control, vm.ctlOffset);
-      if (ctl.length > 0) {
-        vm.ctlOffset += ctl.length;
-        vm.ctlText += ctl.toString('utf8');
-        const c = parseControl(vm.ctlText);
+    if (vm.ctl) {
+      if (vm.ctl.pump()) {
+        const c = vm.ctl.state;
         if (c.init && !vm.seen.init) {
           vm.seen.init = true;
           this.onEvent(vm.id, { type: 'init', at: Date.now() });
@@ -241,7 +252,7 @@ export class QemuDriver implements MachineDriver {
     } catch {
       stderr = '';
     }
-    const control: ControlState = parseControl(vm.ctlText);
+    const control: ControlState = { ...(vm.ctl?.state ?? emptyControl()) };
     // Only the QMP event: exit status 1 is also how QEMU itself fails (bad kernel), and the controller tells them apart.
     const panicked = vm.panicked;
     vm.resolveDone();
@@ -260,8 +271,8 @@ export class QemuDriver implements MachineDriver {
     const vm = this.vms.get(id);
     if (!vm || vm.exited || vm.powerdown) return;
     const press = (): void => {
-      const c = parseControl(vm.ctlText);
-      if (vm.exited || c.stop || c.shutdown) {
+      const c = vm.ctl?.state;
+      if (vm.exited || c?.stop || c?.shutdown) {
         if (vm.powerdown) clearInterval(vm.powerdown);
         return;
       }
