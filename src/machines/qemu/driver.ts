@@ -13,12 +13,14 @@ import {
   writeFileSync,
   type FSWatcher,
 } from 'node:fs';
+import { dirname } from 'node:path';
 import { ConsoleLog } from '../console-log.js';
 import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../driver.js';
 import { processStats } from '../stats.js';
 import { emptyControl } from '../stop-info.js';
 import { handoverOffset } from '../unikraft.js';
 import { ControlTail } from './control-tail.js';
+import { alive, hostVms, killVm } from './procs.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 
@@ -55,20 +57,6 @@ interface Vm {
   resolveDone: () => void;
 }
 
-/** Whether `pid` runs; a zombie (an adopted VM that ended, not yet reaped by its new parent) does not. */
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\S+ \(.*\) Z/s.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return false;
-  }
-};
-
 /**
  * Boots each VM as a detached `qemu-system-x86_64` in its own process group,
  * so VMs outlive a daemon restart. Control (QMP) and guest signals (control
@@ -85,6 +73,12 @@ export class QemuDriver implements MachineDriver {
 
   async start(spec: MachineSpec): Promise<MachineRuntime> {
     if (this.vms.get(spec.id)?.exited === false) throw new Error(`VM ${spec.id} is already running`);
+    // Idempotent boot: a VM of this instance that nothing tracks (a daemon killed between spawn and
+    // storing its pid) is ended before its runtime files are replaced.
+    for (const stray of hostVms(dirname(spec.dir)).filter((v) => v.id === spec.id)) {
+      this.o.log?.({ id: spec.id, pid: stray.pid }, 'killing an untracked VM of this instance before booting it');
+      if (!(await killVm(stray.pid))) throw new Error(`an earlier VM of this instance (pid ${stray.pid}) does not end`);
+    }
     mkdirSync(spec.dir, { recursive: true });
     const f = runtimeFiles(spec.dir);
     for (const p of Object.values(f)) rmSync(p, { force: true });
@@ -108,6 +102,14 @@ export class QemuDriver implements MachineDriver {
     });
     void this.connectQmp(vm);
     return { pid, spawnedAt, accel: this.o.accel };
+  }
+
+  scan(instancesDir: string): { id: string; pid: number }[] {
+    return hostVms(instancesDir);
+  }
+
+  async killStray(pid: number): Promise<boolean> {
+    return killVm(pid);
   }
 
   async adopt(spec: MachineSpec, rt: MachineRuntime): Promise<boolean> {
