@@ -20,6 +20,7 @@ import { processStats } from '../stats.js';
 import { emptyControl } from '../stop-info.js';
 import { handoverOffset } from '../unikraft.js';
 import { ControlTail } from './control-tail.js';
+import { confinedCommand, jailArgv, jailRoot, makeCgroups, removeCgroups } from './jail.js';
 import { alive, hostVms, killVm } from './procs.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
@@ -30,6 +31,8 @@ export interface QemuDriverOptions extends QemuOptions {
   logDir(id: string): string;
   /** raw console bytes kept before they are moved into the bounded log */
   serialChunk?: number;
+  /** per-VM confinement (own uid, chroot, seccomp, rlimits, cgroups; docs/security.md); default on */
+  confine?: boolean;
   log?: (obj: object, msg: string) => void;
 }
 
@@ -82,11 +85,12 @@ export class QemuDriver implements MachineDriver {
     mkdirSync(spec.dir, { recursive: true });
     const f = runtimeFiles(spec.dir);
     for (const p of Object.values(f)) rmSync(p, { force: true });
+    const [cmd, ...args] = this.command(spec);
     const err = openSync(f.stderr, 'w');
     const spawnedAt = Date.now();
     let child;
     try {
-      child = spawn(this.o.qemu, qemuArgv(spec, this.o), { detached: true, stdio: ['ignore', 'ignore', err] });
+      child = spawn(cmd!, args, { detached: true, stdio: ['ignore', 'ignore', err] });
     } finally {
       closeSync(err);
     }
@@ -102,6 +106,15 @@ export class QemuDriver implements MachineDriver {
     });
     void this.connectQmp(vm);
     return { pid, spawnedAt, accel: this.o.accel };
+  }
+
+  /** QEMU's command line, confined unless configured otherwise. */
+  private command(spec: MachineSpec): string[] {
+    const argv = qemuArgv(spec, this.o);
+    if (this.o.confine === false) return [this.o.qemu, ...argv];
+    mkdirSync(jailRoot(spec.dir), { recursive: true });
+    const cgroups = makeCgroups(spec.id, spec.memoryMb, this.o.log);
+    return confinedCommand(this.o.qemu, [...argv, ...jailArgv(spec.id, spec.dir)], spec.memoryMb, cgroups);
   }
 
   scan(instancesDir: string): { id: string; pid: number }[] {
@@ -248,6 +261,7 @@ export class QemuDriver implements MachineDriver {
     if (vm.poll) clearInterval(vm.poll);
     if (vm.powerdown) clearInterval(vm.powerdown);
     vm.qmp?.close();
+    removeCgroups(vm.id);
     let stderr = '';
     try {
       stderr = readFileSync(runtimeFiles(vm.dir).stderr, 'utf8').slice(-4096);
@@ -304,6 +318,7 @@ export class QemuDriver implements MachineDriver {
   async delete(id: string, dir: string): Promise<void> {
     await this.kill(id);
     this.vms.delete(id);
+    removeCgroups(id);
     rmSync(dir, { recursive: true, force: true });
   }
 
