@@ -79,6 +79,8 @@ export class MachineController implements Controller {
   private readonly stopTimeoutMs: number;
   private off: (() => void) | null = null;
   private closed = false;
+  /** VM ends seen but not yet recorded in the store, per instance */
+  private readonly unrecordedExits = new Map<string, Extract<MachineEvent, { type: 'exit' }>>();
   /** running readiness probes, per instance: aborted when the VM ends or the daemon stops */
   private readonly probes = new Map<string, AbortController>();
   private readonly vmVolumes = new VmVolumes();
@@ -214,6 +216,9 @@ export class MachineController implements Controller {
     const now = this.now();
     const rt = inst.runtime as Partial<RuntimeRec>;
     if (!vm.running) {
+      // A VM's end that could not be recorded yet (its transaction failed): record it now.
+      const ended = this.unrecordedExits.get(id);
+      if (ended && rt.pid) return this.onExit(inst, rt, ended);
       if (inst.state === 'starting' && inst.desired === 'running' && !rt.pid) return this.boot(inst);
       if ((inst.state === 'stopping' || inst.state === 'draining') && !rt.pid) return this.stopUnbooted(inst);
       if (inst.state === 'stopped' && inst.desired === 'running' && inst.restart_next_at) {
@@ -462,6 +467,8 @@ export class MachineController implements Controller {
     if (ev.type === 'exit') {
       this.endProbe(id);
       this.vmVolumes.untrack(id);
+      // Kept until recorded: if the transaction fails, the retried reconcile records it (level-based).
+      this.unrecordedExits.set(id, ev);
       return this.onExit(inst, rt, ev);
     }
     // An app that listens is running when its ports accept (probed from the host), not at the handover.
@@ -572,6 +579,7 @@ export class MachineController implements Controller {
       return { info, restart, delay };
     });
     // The tap stays until the instance is deleted: the next start or wake finds it ready.
+    this.unrecordedExits.delete(inst.id);
     if (done) this.o.log.info({ id: inst.id, ...done.info, restart: done.restart, delay: done.delay }, 'VM stopped');
   }
 
