@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
-import { DaemonMetrics } from './metrics.js';
+import { DaemonMetrics, gatewayCountersOf } from './metrics.js';
 import type { Config } from './config.js';
 import { restrictFileModes } from './file-modes.js';
 import { createServices, pathsFor, type Clock, type Services } from './services/index.js';
@@ -67,7 +67,10 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   const controllers = (await opts.controllers?.(services, logger)) ?? [];
   for (const c of controllers) await c.start();
   services.controllers = controllers;
-  const metrics = new DaemonMetrics(store);
+  const metrics = new DaemonMetrics(
+    store,
+    gatewayCountersOf(() => services.controllers),
+  );
   await metrics.start();
   const api = buildApi({
     services,

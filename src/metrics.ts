@@ -1,5 +1,20 @@
-import { Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Counters } from './gateway/types.js';
 import type { InstanceState, Store } from './store/types.js';
+
+/** The gateway's counters now, or undefined when the daemon runs no gateway. */
+export type GatewayCounters = () => Counters | undefined;
+
+/** The gateway controller's counters, found among the daemon's controllers by shape. */
+export function gatewayCountersOf(controllers: () => unknown[] | undefined): GatewayCounters {
+  return () => {
+    for (const c of controllers() ?? []) {
+      const g = (c as { gateway?: { counters?: () => Counters } } | null)?.gateway;
+      if (g && typeof g.counters === 'function') return g.counters();
+    }
+    return undefined;
+  };
+}
 
 const STATES: InstanceState[] = ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby'];
 
@@ -16,7 +31,11 @@ export class DaemonMetrics {
   private readonly seenBoots = new Map<string, number>();
   private off: (() => void) | undefined;
 
-  constructor(private readonly store: Store) {
+  constructor(
+    private readonly store: Store,
+    gateway: GatewayCounters = () => undefined,
+  ) {
+    this.gatewayMetrics(gateway);
     this.requests = new Histogram({
       name: 'unihost_api_request_duration_seconds',
       help: 'API request latency by route (the path pattern), method and HTTP status.',
@@ -41,6 +60,49 @@ export class DaemonMetrics {
         for (const i of await store.read((tx) => tx.instances.all()))
           counts.set(i.state, (counts.get(i.state) ?? 0) + 1);
         for (const [state, n] of counts) byState.set({ state }, n);
+      },
+    });
+  }
+
+  /**
+   * Gateway traffic per service group (label `group`: its UUID), read from
+   * the gateway's own counters at scrape time. They count since the daemon
+   * started; a deleted group's series go once its last connection closed.
+   */
+  private gatewayMetrics(counters: GatewayCounters): void {
+    const registers = [this.registry];
+    const labelNames = ['group'] as const;
+    const requests = new Counter({
+      name: 'unihost_gateway_requests_total',
+      help: 'Requests (HTTP) and connections (TCP/TLS) the gateway routed, per service group.',
+      labelNames,
+      registers,
+      collect: () => {
+        requests.reset();
+        for (const [group, c] of Object.entries(counters()?.groups ?? {})) requests.inc({ group }, c.requests);
+      },
+    });
+    const open = new Gauge({
+      name: 'unihost_gateway_open_connections',
+      help: 'Client connections the gateway holds open now, per service group.',
+      labelNames,
+      registers,
+      collect: () => {
+        open.reset();
+        for (const [group, c] of Object.entries(counters()?.groups ?? {})) open.set({ group }, c.openConnections);
+      },
+    });
+    const bytes = new Counter({
+      name: 'unihost_gateway_bytes_total',
+      help: 'Bytes through the gateway per service group: in = from clients, out = to clients.',
+      labelNames: ['group', 'direction'],
+      registers,
+      collect: () => {
+        bytes.reset();
+        for (const [group, c] of Object.entries(counters()?.groups ?? {})) {
+          bytes.inc({ group, direction: 'in' }, c.bytesIn);
+          bytes.inc({ group, direction: 'out' }, c.bytesOut);
+        }
       },
     });
   }

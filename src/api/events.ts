@@ -84,6 +84,7 @@ export function serveEvents(app: FastifyInstance, services: Services): void {
 
     let closed = false;
     let again = false;
+    let caughtUp = false;
     let running: Promise<void> | null = null;
     // One reader at a time: a change during a read makes it read once more, so nothing is sent twice.
     const pump = (): void => {
@@ -103,6 +104,9 @@ export function serveEvents(app: FastifyInstance, services: Services): void {
             if (batch.length < PAGE) break;
           }
         } while (again && !closed);
+        // Tells a reader that wants only the backlog (`unihost events` without -f) where it ends.
+        if (!caughtUp && !closed) res.write(': caught-up\n\n');
+        caughtUp = true;
       })()
         .catch((e: unknown) => {
           req.log.warn({ err: e, reqId: req.id }, 'events stream: read failed');

@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import { registerAdmin } from './admin/users.js';
 import { registerCert } from './cert/index.js';
 import { registerCompletion } from './completion.js';
+import { registerEvents } from './events/index.js';
 import { registerImage } from './image/index.js';
 import { registerInstance } from './instance/index.js';
 import { registerQuota } from './quota/index.js';
@@ -28,6 +29,7 @@ export function buildCli(): Command {
   registerScale(program);
   registerCert(program);
   registerQuota(program);
+  registerEvents(program);
   registerCompletion(program);
   return program;
 }

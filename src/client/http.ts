@@ -39,7 +39,7 @@ export function queryString(q: Json): string {
 }
 
 /** The reason of a transport failure in a few words (the error code when there is one). */
-function transportReason(e: unknown): string {
+export function transportReason(e: unknown): string {
   const x = e as { code?: string; cause?: { code?: string; message?: string }; message?: string };
   if (e instanceof undiciErrors.HeadersTimeoutError) return 'no reply in time';
   if (e instanceof undiciErrors.ConnectTimeoutError) return 'connection timed out';

@@ -1,8 +1,10 @@
 import { resolveConnection, type Connection, type ConnectionFlags } from './config.js';
+import { streamEvents, type EventsOptions } from './events.js';
 import { call, type CallOptions, type Method } from './http.js';
 import type * as T from './types.js';
 
 export * from './errors.js';
+export type { EventsOptions } from './events.js';
 export type * from './types.js';
 export { baseUrlOf, resolveConnection, type Connection } from './config.js';
 
@@ -133,6 +135,11 @@ export class UnihostClient {
     list: (f: { namespace?: string; tag?: string; digest?: string } = {}) =>
       this.send<T.Image>('GET', '/v1/images/list', 'images', { query: f }),
   };
+
+  /** The instance event stream (`GET /v1/events`), resumed by id after a dropped connection. */
+  events(o: EventsOptions = {}): AsyncGenerator<T.InstanceEvent> {
+    return streamEvents(this.conn, o);
+  }
 
   quotas(): Promise<T.Quotas> {
     return this.one<T.Quotas>('GET', '/v1/users/quotas', 'quotas');

@@ -124,3 +124,14 @@ export interface Quotas {
   hard: Hard;
   limits: Limits;
 }
+
+/** One event of `GET /v1/events` (docs/api.md, "Events"). */
+export interface InstanceEvent {
+  id: number;
+  at: string;
+  type: 'created' | 'state' | 'deleted';
+  instance: { uuid: string; name: string };
+  service_group?: { uuid: string };
+  from_state?: string;
+  to_state?: string;
+}
