@@ -4,6 +4,7 @@ import { registerDriver, type DriverFactory } from './machines/driver.js';
 import { probeAccel } from './machines/qemu/accel.js';
 import { hostTscKhz } from './machines/qemu/argv.js';
 import { QemuDriver } from './machines/qemu/driver.js';
+import { AutoscaleController } from './reconcile/autoscale.js';
 import { MachineController } from './reconcile/machines.js';
 import { GatewayController } from './reconcile/gateway.js';
 import { NetworkController } from './reconcile/network.js';
@@ -49,6 +50,13 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
     bootTimeoutMs: s.config.machines.bootTimeoutMs,
     stopTimeoutMs: s.config.machines.stopTimeoutMs,
   });
+  const autoscale = new AutoscaleController({ services: s, log, cpuMs: (id) => machines.stats(id)?.cpuMs });
   // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.
-  return [new VolumeController(s, log), ...(network ? [network] : []), machines, ...(gateway ? [gateway] : [])];
+  return [
+    new VolumeController(s, log),
+    ...(network ? [network] : []),
+    machines,
+    ...(gateway ? [gateway] : []),
+    autoscale,
+  ];
 }
