@@ -1,4 +1,3 @@
-/* eslint-disable @typescript-eslint/no-explicit-any -- API replies are JSON; the assertions check their shape. */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
