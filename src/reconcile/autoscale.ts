@@ -131,13 +131,13 @@ export class AutoscaleController implements Controller {
       const g = await tx.groups.get(c.user_id, c.group_id);
       if (!cur?.enabled || !user || !g) return;
       const members = await tx.instances.inGroup(g.id);
-      const master = members.find((i) => i.id === cur.master_id);
-      // Scaling follows a running master; a stopped master (or scale-to-zero standby) is left alone.
-      if (!master || master.state !== 'running') return;
       const clones = members.filter((i) => i.autoscale_group_id === g.id);
       // A clone that stopped by itself (exit, crash without restart) is no capacity: it goes.
       for (const i of clones)
         if (i.state === 'stopped' && i.desired === 'stopped') await s.instances.deleteInTx(tx, user, i);
+      const master = members.find((i) => i.id === cur.master_id);
+      // Scaling follows a running master; a stopped master (or scale-to-zero standby) is left alone.
+      if (!master || master.state !== 'running') return;
       const capacity = [master, ...clones.filter(active)];
       const measured = capacity.filter(
         (i) => i.state === 'running' && Date.parse(i.started_at ?? '') + cur.warmup_time_ms <= now,

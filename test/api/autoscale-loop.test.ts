@@ -166,3 +166,21 @@ test('deleting the master removes the configuration and its clones', async () =>
   assert.equal(g.status, 'unconfigured');
   load = () => 0;
 });
+
+test('a clone that stopped (not by the autoscaler) is deleted at the next pass', async () => {
+  const m = await setup(dev, 'stale', { max_size: 2, warmup_time_ms: 0, cooldown_time_ms: 0, policies: [POLICY] });
+  const group = (await instances()).find((i) => i.id === m.uuid)!.service_group_id!;
+  load = (i) => (i.id === m.uuid ? 1000 : 0);
+  await second();
+  await second();
+  const [c] = await clonesOf(group);
+  assert.ok(c);
+  load = () => 300; // between the steps' thresholds: no scaling once the window holds only this
+  for (let k = 0; k < 4; k++) await second();
+  assert.equal((await clonesOf(group)).length, 1);
+  ok(await h.call('PUT', `/v1/instances/${c.id}/stop`, dev), 'instances');
+  await h.until(async () => (await instances()).find((i) => i.id === c.id)?.state === 'stopped');
+  await second();
+  assert.equal((await clonesOf(group)).length, 0);
+  load = () => 0;
+});
