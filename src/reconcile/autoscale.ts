@@ -94,6 +94,8 @@ export class AutoscaleController implements Controller {
         await this.evaluate(c);
       } catch (e) {
         this.o.log.warn({ group: c.group_id, err: e }, 'autoscale: evaluation failed');
+        // e.g. a quota refusing clones: tried again after one cooldown, not every second
+        this.lastAction.set(c.group_id, this.o.services.clock.now());
       }
     }
   }

@@ -184,3 +184,20 @@ test('a clone that stopped (not by the autoscaler) is deleted at the next pass',
   assert.equal((await clonesOf(group)).length, 0);
   load = () => 0;
 });
+
+test('a quota that refuses the clone: nothing half-made, the master runs on, other groups unaffected', async () => {
+  const tight = await h.user('tight', true);
+  await h.daemon.services.users.setQuotas('tight', { hard: { live_instances: 1 } });
+  await setup(tight, 'tight', { max_size: 2, warmup_time_ms: 0, cooldown_time_ms: 0, policies: [POLICY] });
+  const other = await setup(dev, 'other', { max_size: 2, warmup_time_ms: 0, cooldown_time_ms: 0, policies: [POLICY] });
+  load = () => 1000;
+  const mine = async () => (await instances()).filter((i) => i.name.startsWith('tight'));
+  for (let k = 0; k < 3; k++) await second();
+  assert.deepEqual(
+    (await mine()).map((i) => [i.name, i.state]),
+    [['tight-m', 'running']],
+  );
+  const otherGroup = (await instances()).find((i) => i.id === other.uuid)!.service_group_id!;
+  assert.equal((await clonesOf(otherGroup)).length, 1, 'the other group scaled');
+  load = () => 0;
+});
