@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Controller } from './daemon.js';
 import { registerDriver, type DriverFactory } from './machines/driver.js';
+import { enableKsm } from './machines/ksm.js';
 import { probeAccel } from './machines/qemu/accel.js';
 import { hostTscKhz } from './machines/qemu/argv.js';
 import { QemuDriver } from './machines/qemu/driver.js';
@@ -8,6 +9,7 @@ import { AutoscaleController } from './reconcile/autoscale.js';
 import { MachineController } from './reconcile/machines.js';
 import { GatewayController } from './reconcile/gateway.js';
 import { NetworkController } from './reconcile/network.js';
+import { CertificateController } from './reconcile/certificates.js';
 import { waitForPort } from './network/probe.js';
 import { VolumeController } from './reconcile/volumes.js';
 import type { Services } from './services/index.js';
@@ -18,6 +20,7 @@ export async function machineDriver(s: Services, log: Logger): Promise<DriverFac
   if (m.driver !== 'qemu') throw new Error(`unknown machine driver '${m.driver}' (known: qemu)`);
   const accel = await probeAccel(m.accel, { qemu: m.qemu, log: (msg) => log.info(msg) });
   log.info({ accel }, `machines: QEMU with ${accel.toUpperCase()}`);
+  if (m.ksm) log.info({ ksm: enableKsm() }, 'machines: same-page merging (KSM) for guest memory');
   const factory: DriverFactory = (onEvent) =>
     new QemuDriver(
       {
@@ -52,11 +55,13 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
   });
   const autoscale = new AutoscaleController({ services: s, log, cpuMs: (id) => machines.stats(id)?.cpuMs });
   // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.
+  const certs = gateway && s.config.acme.enabled ? [new CertificateController(s, log)] : [];
   return [
     new VolumeController(s, log),
     ...(network ? [network] : []),
     machines,
     ...(gateway ? [gateway] : []),
+    ...certs,
     autoscale,
   ];
 }

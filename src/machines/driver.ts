@@ -97,6 +97,14 @@ export interface MachineDriver {
   inspect(id: string): { running: boolean; pid: number | null };
   /** CPU time and memory of the VM's process, for accounting and autoscale. */
   stats(id: string): { cpuMs: number; rssBytes: number } | undefined;
+  /**
+   * VMs of this data dir running on the host, tracked or not (read from the
+   * OS: a daemon killed between spawning a VM and storing its pid, or
+   * between a delete and the kill, leaves VMs nothing tracks).
+   */
+  scan?(instancesDir: string): { id: string; pid: number }[];
+  /** Ends a VM found by `scan` that is not tracked; resolves whether it is gone. */
+  killStray?(pid: number): Promise<boolean>;
   /** Stops watching every VM (the VMs keep running). */
   close(): Promise<void>;
 }

@@ -138,50 +138,56 @@ export function isFailure(s: StopInfo): boolean {
   );
 }
 
+/** An empty control state: nothing reported yet. */
+export const emptyControl = (): ControlState => ({
+  init: false,
+  ready: false,
+  stop: false,
+  shutdown: false,
+  exit: null,
+  killed: false,
+  signal: null,
+  oom: false,
+  errno: null,
+});
+
+/** Applies one control-channel line (docs/guest-contract.md §2) to `c`; unknown lines are ignored. */
+export function applyControlLine(c: ControlState, raw: string): void {
+  const w = raw.replace(/\r$/, '').trim().split(/\s+/);
+  if (w[0] !== 'UNIHOST') return;
+  const n = Number(w[2]);
+  switch (w[1]) {
+    case 'INIT':
+      c.init = true;
+      break;
+    case 'READY':
+      c.ready = true;
+      break;
+    case 'STOP':
+      c.stop = true;
+      break;
+    case 'SHUTDOWN':
+      c.shutdown = true;
+      break;
+    case 'EXIT':
+      if (Number.isInteger(n)) c.exit = n;
+      break;
+    case 'KILLED':
+      c.killed = true;
+      break;
+    case 'SIGNAL':
+      if (Number.isInteger(n)) c.signal = n;
+      c.oom = w.includes('oom');
+      break;
+    case 'ERROR':
+      if (Number.isInteger(n)) c.errno = n;
+      break;
+  }
+}
+
 /** Parses control-channel text (docs/guest-contract.md §2). */
 export function parseControl(text: string): ControlState {
-  const c: ControlState = {
-    init: false,
-    ready: false,
-    stop: false,
-    shutdown: false,
-    exit: null,
-    killed: false,
-    signal: null,
-    oom: false,
-    errno: null,
-  };
-  for (const raw of text.split('\n')) {
-    const w = raw.replace(/\r$/, '').trim().split(/\s+/);
-    if (w[0] !== 'UNIHOST') continue;
-    const n = Number(w[2]);
-    switch (w[1]) {
-      case 'INIT':
-        c.init = true;
-        break;
-      case 'READY':
-        c.ready = true;
-        break;
-      case 'STOP':
-        c.stop = true;
-        break;
-      case 'SHUTDOWN':
-        c.shutdown = true;
-        break;
-      case 'EXIT':
-        if (Number.isInteger(n)) c.exit = n;
-        break;
-      case 'KILLED':
-        c.killed = true;
-        break;
-      case 'SIGNAL':
-        if (Number.isInteger(n)) c.signal = n;
-        c.oom = w.includes('oom');
-        break;
-      case 'ERROR':
-        if (Number.isInteger(n)) c.errno = n;
-        break;
-    }
-  }
+  const c = emptyControl();
+  for (const raw of text.split('\n')) applyControlLine(c, raw);
   return c;
 }

@@ -5,6 +5,7 @@
  */
 import { afterEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -50,6 +51,8 @@ class FakeDriver implements MachineDriver {
   readonly running = new Set<string>();
   /** pids `adopt` reports alive */
   readonly alive = new Set<number>();
+  /** VMs running on the "host" that `scan` reports */
+  readonly host: { id: string; pid: number }[] = [];
   private pid = 1000;
 
   constructor(
@@ -57,8 +60,11 @@ class FakeDriver implements MachineDriver {
     private readonly onEvent: (id: string, ev: MachineEvent) => void,
   ) {}
 
+  /** runs inside `start`, before the VM "spawns" (to interleave API calls with a boot) */
+  beforeStart: ((spec: MachineSpec) => Promise<void>) | null = null;
   async start(spec: MachineSpec): Promise<MachineRuntime> {
     this.calls.push(`start ${spec.id}`);
+    await this.beforeStart?.(spec);
     this.specs.push(spec);
     this.running.add(spec.id);
     return { pid: ++this.pid, spawnedAt: this.time.now, accel: 'tcg' };
@@ -70,6 +76,13 @@ class FakeDriver implements MachineDriver {
       return false;
     }
     this.running.add(spec.id);
+    return true;
+  }
+  scan(): { id: string; pid: number }[] {
+    return [...this.host];
+  }
+  async killStray(pid: number): Promise<boolean> {
+    this.calls.push(`killStray ${pid}`);
     return true;
   }
   async stop(id: string): Promise<void> {
@@ -85,8 +98,11 @@ class FakeDriver implements MachineDriver {
     }
     if (this.running.delete(id)) this.onEvent(id, this.exitEvent('', null, '', id));
   }
+  /** runs inside `delete`, before the VM is "killed" */
+  beforeDelete: (() => Promise<void>) | null = null;
   async delete(id: string, dir: string): Promise<void> {
     this.calls.push(`delete ${id}`);
+    await this.beforeDelete?.();
     this.running.delete(id);
     rmSync(dir, { recursive: true, force: true });
   }
@@ -137,7 +153,12 @@ interface World {
 let worlds: World[] = [];
 
 async function world(
-  opts: { stopTimeoutMs?: number; bootTimeoutMs?: number; alive?: number[] } = {},
+  opts: {
+    stopTimeoutMs?: number;
+    bootTimeoutMs?: number;
+    alive?: number[];
+    host?: { id: string; pid: number }[];
+  } = {},
   dir?: string,
 ): Promise<World> {
   dir ??= mkdtempSync(join(tmpdir(), 'unihost-mc-'));
@@ -151,6 +172,7 @@ async function world(
     driver: (onEvent) => {
       d = new FakeDriver(time, onEvent);
       for (const pid of opts.alive ?? []) d.alive.add(pid);
+      d.host.push(...(opts.host ?? []));
       return d;
     },
     log: { info: () => undefined, warn: () => undefined, error: (o, m) => void errors.push(m) },
@@ -606,5 +628,117 @@ describe('daemon restart', () => {
     await w2.s.instances.stop(w2.user, { uuid: a }, {});
     await settle(w2);
     assert.ok(w2.d.calls.includes(`stop ${a}`));
+  });
+
+  test('VMs the store does not record are killed at start; the boot of a starting instance repeats', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'unihost-mc-'));
+    const w1 = await world({}, dir);
+    const a = await running(w1);
+    const pidA = (await rec(w1, a)).runtime.pid as number;
+    const b = await create(w1);
+    // crash window: the VM of `b` was spawned but its pid never stored
+    await w1.s.store.tx((tx) => tx.instances.update(b, { runtime: {}, state: 'starting', desired: 'running' }));
+    await close(w1);
+    const deleted = '00000000-0000-4000-8000-000000000001';
+    const w2 = await world(
+      {
+        alive: [pidA],
+        host: [
+          { id: a, pid: pidA },
+          { id: a, pid: 7001 }, // a duplicate of a tracked instance
+          { id: b, pid: 7002 }, // spawned, pid not stored
+          { id: deleted, pid: 7003 }, // deleted, not yet killed
+        ],
+      },
+      dir,
+    );
+    await settle(w2);
+    assert.deepEqual(
+      w2.d.calls.filter((c) => c.startsWith('killStray')),
+      ['killStray 7001', 'killStray 7002', 'killStray 7003'],
+    );
+    assert.ok(!w2.d.calls.includes(`killStray ${pidA}`), 'the recorded VM is adopted, not killed');
+    const ia = w2.d.calls.indexOf('killStray 7002');
+    assert.ok(ia < w2.d.calls.indexOf(`start ${b}`), 'the stray is gone before the instance boots again');
+    assert.equal((await rec(w2, a)).state, 'running');
+    assert.match(logText(w2, b), /\[unihost\] killed a VM the store does not record \(pid 7002\)/);
+  });
+});
+
+describe('volumes', () => {
+  /** A persistent volume with a real ext4 image (the boot checks it with e2fsck), available. */
+  async function volume(w: World): Promise<string> {
+    const { uuid } = await w.s.volumes.create(w.user, { size_mb: 8 });
+    const file = w.s.paths.volume(uuid);
+    mkdirSync(join(file, '..'), { recursive: true });
+    execFileSync('mkfs.ext4', ['-q', '-F', file, '8M']);
+    await w.s.store.tx((tx) => tx.volumes.update(uuid, { state: 'available' }));
+    return uuid;
+  }
+  const vol = async (w: World, id: string) => (await w.s.store.read((tx) => tx.volumes.getAny(id)))!;
+
+  test('stopped while its volume is still being formatted: stopped, not stuck in stopping', async () => {
+    const w = await world();
+    const id = await create(w, { volumes: [{ size_mb: 16, at: '/data' }] });
+    assert.equal((await rec(w, id)).state, 'starting', 'the boot waits for the volume');
+    assert.ok(!w.d.running.has(id));
+    await w.s.instances.stop(w.user, { uuid: id }, {});
+    await settle(w);
+    const r = await rec(w, id);
+    assert.equal(r.state, 'stopped');
+    assert.equal(r.stop_reason, 15);
+    assert.equal(r.stop_request, null);
+    assert.ok(!w.d.calls.includes(`start ${id}`));
+  });
+
+  test('deleted while QEMU spawns: its persistent volume ends available, not mounted; the VM is killed', async () => {
+    const w = await world();
+    const v = await volume(w);
+    const [e] = await w.s.instances.create(w.user, { image: 'app:latest' });
+    const id = e!.uuid as string;
+    await w.s.volumes.attach(w.user, { uuid: v }, { attach_to: { uuid: id }, at: '/data' });
+    w.d.beforeStart = async () => {
+      await w.s.instances.delete(w.user, { uuid: id });
+    };
+    await w.s.instances.start(w.user, { uuid: id }, 0);
+    await settle(w);
+    assert.ok(w.d.calls.includes(`start ${id}`) && w.d.calls.includes(`delete ${id}`));
+    assert.ok(!w.d.running.has(id));
+    const r = await vol(w, v);
+    assert.equal(r.instance_id, null);
+    assert.equal(r.state, 'available');
+  });
+
+  test("a deleted instance's volume stays unavailable until its VM is dead", async () => {
+    const w = await world();
+    const v = await volume(w);
+    const [e] = await w.s.instances.create(w.user, { image: 'app:latest' });
+    const id = e!.uuid as string;
+    await w.s.volumes.attach(w.user, { uuid: v }, { attach_to: { uuid: id }, at: '/data' });
+    await w.s.instances.start(w.user, { uuid: id }, 0);
+    await settle(w);
+    w.d.ready(id);
+    await settle(w);
+    assert.equal((await vol(w, v)).state, 'mounted');
+    // the delete commits; the controller has not killed the VM yet: what does another tenant see?
+    let seen: { instance: string | null; state: string; attach: string } | null = null;
+    w.d.beforeDelete = async () => {
+      const r = await vol(w, v);
+      const [other] = await w.s.instances.create(w.user, { image: 'app:latest' });
+      const attach = await w.s.volumes
+        .attach(w.user, { uuid: v }, { attach_to: { uuid: other!.uuid as string }, at: '/v' })
+        .then(
+          () => 'attached',
+          (e: Error) => e.message,
+        );
+      seen = { instance: r.instance_id, state: r.state, attach };
+    };
+    await w.s.instances.delete(w.user, { uuid: id });
+    await settle(w);
+    assert.ok(w.d.calls.includes(`delete ${id}`));
+    const name = (await vol(w, v)).name;
+    // not available (nor attachable) while the VM may still write to it
+    assert.deepEqual(seen, { instance: null, state: 'mounted', attach: `volume '${name}' is mounted, not available` });
+    assert.equal((await vol(w, v)).state, 'available', 'released once the VM is gone');
   });
 });

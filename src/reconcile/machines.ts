@@ -21,6 +21,7 @@ import type { InstanceRec } from '../store/types.js';
 import type { NetworkHooks } from './network.js';
 import { checkVolumeFile } from './volumes.js';
 import { KeyedQueue, Timers, type TimerApi } from './engine.js';
+import { VmVolumes } from './machine-volumes.js';
 
 export interface MachineControllerOptions {
   services: Services;
@@ -80,6 +81,7 @@ export class MachineController implements Controller {
   private closed = false;
   /** running readiness probes, per instance: aborted when the VM ends or the daemon stops */
   private readonly probes = new Map<string, AbortController>();
+  private readonly vmVolumes = new VmVolumes();
 
   constructor(private readonly o: MachineControllerOptions) {
     this.s = o.services;
@@ -129,6 +131,7 @@ export class MachineController implements Controller {
   private async adoptAll(): Promise<void> {
     const all = await this.s.store.read((tx) => tx.instances.all());
     const known = new Set(all.map((i) => i.id));
+    await this.killStrays(all);
     for (const inst of all) {
       const rt = inst.runtime as Partial<RuntimeRec>;
       if (rt.pid) {
@@ -138,6 +141,7 @@ export class MachineController implements Controller {
           contract: rt.contract ?? 'unihost',
         } as MachineSpec;
         const alive = await this.driver.adopt(spec, rt as RuntimeRec);
+        if (alive) this.vmVolumes.track(inst.id, await this.volumeIds(inst.id));
         if (!alive) this.note(inst.id, `the VM (pid ${rt.pid}) ended while the daemon was down`);
         this.o.log.info(
           { id: inst.id, pid: rt.pid, alive },
@@ -148,9 +152,29 @@ export class MachineController implements Controller {
       }
       this.kick(inst.id);
     }
+    await this.vmVolumes.release(this.s.store);
     const dir = join(this.s.config.dataDir, 'instances');
     if (existsSync(dir)) {
       for (const id of readdirSync(dir)) if (!known.has(id)) rmSync(join(dir, id), { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * Ends every VM of this data dir whose pid the store does not record: a
+   * daemon killed between spawning a VM and storing its pid (the instance
+   * is still `starting` and boots again), between a delete and the kill
+   * (no instance), or a duplicate. Killed, not adopted: the store lacks
+   * what adoption needs (spawn time, boot plan), and a boot repeats cheaply.
+   */
+  private async killStrays(all: InstanceRec[]): Promise<void> {
+    if (!this.driver.scan || !this.driver.killStray) return;
+    const pids = new Map(all.map((i) => [i.id, (i.runtime as Partial<RuntimeRec>).pid]));
+    for (const vm of this.driver.scan(join(this.s.config.dataDir, 'instances'))) {
+      if (pids.get(vm.id) === vm.pid) continue;
+      const gone = await this.driver.killStray(vm.pid);
+      const why = pids.has(vm.id) ? 'a VM the store does not record' : 'a VM of a deleted instance';
+      this.o.log.warn({ id: vm.id, pid: vm.pid, gone }, `killed ${why}`);
+      if (pids.has(vm.id)) this.note(vm.id, `killed ${why} (pid ${vm.pid}), left by a daemon crash`);
     }
   }
 
@@ -182,6 +206,8 @@ export class MachineController implements Controller {
     if (!inst) {
       this.timers.clear(id);
       if (vm.running || existsSync(this.s.paths.instance(id))) await this.driver.delete(id, this.s.paths.instance(id));
+      this.vmVolumes.untrack(id);
+      await this.vmVolumes.release(this.s.store);
       await this.detachNet(id);
       return;
     }
@@ -189,6 +215,7 @@ export class MachineController implements Controller {
     const rt = inst.runtime as Partial<RuntimeRec>;
     if (!vm.running) {
       if (inst.state === 'starting' && inst.desired === 'running' && !rt.pid) return this.boot(inst);
+      if ((inst.state === 'stopping' || inst.state === 'draining') && !rt.pid) return this.stopUnbooted(inst);
       if (inst.state === 'stopped' && inst.desired === 'running' && inst.restart_next_at) {
         const due = Date.parse(inst.restart_next_at);
         if (due > now) return this.timers.at(id, due, now);
@@ -251,6 +278,31 @@ export class MachineController implements Controller {
       default:
         return;
     }
+  }
+
+  /**
+   * A stop of an instance whose VM was never spawned (its boot waited for a
+   * volume being formatted): nothing to shut down, so it is stopped at once
+   * with the fields of a stop without a VM (as from standby), or boots if a
+   * start came meanwhile.
+   */
+  private async stopUnbooted(inst: InstanceRec): Promise<void> {
+    await this.s.store.tx(async (tx) => {
+      const cur = await tx.instances.getAny(inst.id);
+      if (!cur || (cur.state !== 'stopping' && cur.state !== 'draining') || (cur.runtime as Partial<RuntimeRec>).pid)
+        return;
+      if (cur.desired === 'running') return tx.instances.update(cur.id, { state: 'starting', stop_request: null });
+      const req = cur.stop_request;
+      const user = req?.by !== 'platform';
+      await tx.instances.update(cur.id, {
+        state: 'stopped',
+        stop_reason: req?.force ? (user ? 28 : 20) : user ? 15 : 7,
+        exit_code: null,
+        stop_code: null,
+        stopped_at: new Date(this.now()).toISOString(),
+        stop_request: null,
+      });
+    });
   }
 
   /** Turns a stop (or a boot that timed out) into a forced stop, keeping who initiated it. */
@@ -352,8 +404,13 @@ export class MachineController implements Controller {
         }
       }
       plan = await this.bootSpec(inst, t0);
+      this.vmVolumes.track(
+        inst.id,
+        volumes.map((v) => v.id),
+      );
       rt = await this.driver.start(plan.spec);
     } catch (e) {
+      this.vmVolumes.untrack(inst.id);
       await this.detachNet(inst.id);
       this.note(inst.id, `the VM could not be started: ${(e as Error).message}`);
       this.o.log.warn({ id: inst.id, err: e }, 'boot failed');
@@ -371,6 +428,9 @@ export class MachineController implements Controller {
     }
     this.o.log.info({ id: inst.id, pid: rt.pid, accel: rt.accel }, 'VM started');
     await this.s.store.tx(async (tx) => {
+      // Deleted while QEMU was spawning: the reconcile of the deletion kills it; its volumes
+      // (detached, left `mounted` by the delete) are released then, never marked here.
+      if (!(await tx.instances.getAny(inst.id))) return;
       await tx.instances.update(inst.id, {
         runtime: {
           ...rt,
@@ -389,7 +449,8 @@ export class MachineController implements Controller {
         exit_code: null,
         stop_code: null,
       });
-      for (const v of volumes) await tx.volumes.update(v.id, { state: 'mounted' });
+      for (const v of await tx.volumes.forInstance(inst.id))
+        if (v.state === 'idle') await tx.volumes.update(v.id, { state: 'mounted' });
     });
     this.timers.at(inst.id, rt.spawnedAt + this.bootTimeoutMs, this.now());
   }
@@ -400,6 +461,7 @@ export class MachineController implements Controller {
     const rt = inst.runtime as Partial<RuntimeRec>;
     if (ev.type === 'exit') {
       this.endProbe(id);
+      this.vmVolumes.untrack(id);
       return this.onExit(inst, rt, ev);
     }
     // An app that listens is running when its ports accept (probed from the host), not at the handover.
@@ -511,6 +573,10 @@ export class MachineController implements Controller {
     });
     // The tap stays until the instance is deleted: the next start or wake finds it ready.
     if (done) this.o.log.info({ id: inst.id, ...done.info, restart: done.restart, delay: done.delay }, 'VM stopped');
+  }
+
+  private async volumeIds(instanceId: string): Promise<string[]> {
+    return (await this.s.store.read((tx) => tx.volumes.forInstance(instanceId))).map((v) => v.id);
   }
 
   /** CPU time and memory of an instance's VM, for autoscale and accounting. */

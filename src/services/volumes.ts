@@ -157,8 +157,9 @@ export class VolumeService {
   }
 
   /** Detaching makes a volume created with an instance persistent. */
-  private async detachInTx(tx: Tx, v: VolumeRec): Promise<void> {
-    const state: VolumeState = v.state === 'idle' || v.state === 'mounted' ? 'available' : v.state;
+  private async detachInTx(tx: Tx, v: VolumeRec, busy?: 'mounted'): Promise<void> {
+    const free: VolumeState = v.state === 'idle' || v.state === 'mounted' ? 'available' : v.state;
+    const state = busy && free === 'available' ? busy : free;
     await tx.volumes.update(v.id, { instance_id: null, at: null, readonly: false, state, persistent: true });
   }
 
@@ -183,8 +184,11 @@ export class VolumeService {
   /** Deleting an instance detaches persistent volumes and deletes the others. */
   async onInstanceDeletedInTx(tx: Tx, _user: UserRec, inst: InstanceRec): Promise<void> {
     for (const v of await tx.volumes.forInstance(inst.id)) {
-      if (v.persistent) await this.detachInTx(tx, v);
-      else await tx.volumes.delete(v.id);
+      if (!v.persistent) await tx.volumes.delete(v.id);
+      else if (inst.state === 'stopped' || inst.state === 'standby') await this.detachInTx(tx, v);
+      // Its VM may still run: detached but `mounted` (nobody can attach it) until the machine
+      // controller has killed the VM; else another boot could e2fsck a live file system.
+      else await this.detachInTx(tx, v, 'mounted');
     }
   }
 }

@@ -13,6 +13,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
+import { pathsFor } from '../../src/services/index.js';
+import { SqliteStore } from '../../src/store/sqlite/index.js';
 import { alive, guestOut, killLeaks, poll, qemuProcs, ROOT } from '../helpers/vm.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -218,4 +220,39 @@ test('a VM killed while the daemon is down → stopped with an honest reason and
   assert.ok(g.stopped_at);
   assert.match(await logText('victim'), /\[unihost\] the VM \(pid \d+\) ended while the daemon was down/);
   assert.deepEqual(qemuProcs([ids.victim!]), []);
+});
+
+test('crash windows: a VM whose pid was never stored, or whose instance was deleted, is killed at start', async () => {
+  const r = await api('POST', '/v1/instances', [
+    { name: 'lost', image: 'echo:latest', autostart: true, wait_timeout_ms: 180_000 },
+    { name: 'gone', image: 'echo:latest', autostart: true, wait_timeout_ms: 180_000 },
+  ]);
+  for (const e of r.data.instances) {
+    assert.equal(e.state, 'running', JSON.stringify(r));
+    ids[e.name] = e.uuid;
+  }
+  const lostPid = pidOf('lost');
+  const gonePid = pidOf('gone');
+  await kill9();
+  // what a daemon killed at the wrong moment leaves: `lost` spawned but its pid not stored,
+  // `gone` deleted (committed) but its VM not killed yet
+  const store = new SqliteStore(pathsFor(dir).db);
+  await store.tx(async (tx) => {
+    await tx.instances.update(ids.lost!, { state: 'starting', desired: 'running', runtime: {} });
+    await tx.instances.delete(ids.gone!);
+  });
+  await store.close();
+  assert.ok(alive(lostPid) && alive(gonePid));
+
+  await startDaemon();
+  await poll('both untracked VMs killed', () => !alive(lostPid) && !alive(gonePid), 30_000);
+  const w = await one('GET', '/v1/instances/wait', { uuid: ids.lost, state: 'running', timeout_ms: 180_000 });
+  assert.equal(w.state, 'running', 'booted again');
+  const lost = qemuProcs([ids.lost!]);
+  assert.equal(lost.length, 1, 'one VM, not two');
+  assert.notEqual(lost[0]!.pid, lostPid);
+  assert.deepEqual(qemuProcs([ids.gone!]), []);
+  assert.ok(!existsSync(join(dir, 'instances', ids.gone!)), "the deleted instance's files are removed");
+  assert.match(await logText('lost'), /\[unihost\] killed a VM the store does not record/);
+  await one('DELETE', `/v1/instances/${ids.lost}`);
 });

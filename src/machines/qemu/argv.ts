@@ -17,6 +17,8 @@ export const QBOOT_ROM = '/usr/share/qemu/qboot.rom';
 export const runtimeFiles = (dir: string) => ({
   qmp: join(dir, 'qmp.sock'),
   control: join(dir, 'control.log'),
+  /** the parsed control state, kept once control.log was truncated (a guest that floods it) */
+  controlState: join(dir, 'control.json'),
   serial: join(dir, 'serial.raw'),
   /** how much of serial.raw is already in the console log (read again when a VM is adopted) */
   serialPos: join(dir, 'serial.pos'),
@@ -61,7 +63,8 @@ export function qemuArgv(spec: MachineSpec, o: QemuOptions): string[] {
   a.push('-append', cmdline);
   a.push('-chardev', `file,id=con,path=${f.serial},append=on`, '-serial', 'chardev:con');
   if (spec.contract === 'unihost')
-    a.push('-chardev', `file,id=ctl,path=${f.control}`, '-device', 'isa-serial,chardev=ctl,index=1');
+    // append=on (O_APPEND): after the driver truncates a flooded file, QEMU's writes restart at 0
+    a.push('-chardev', `file,id=ctl,path=${f.control},append=on`, '-device', 'isa-serial,chardev=ctl,index=1');
   else a.push('-device', 'isa-debug-exit,iobase=0x501,iosize=2');
   a.push('-device', 'pvpanic', '-action', 'panic=exit-failure');
   a.push('-qmp', `unix:${f.qmp},server=on,wait=off`);

@@ -13,11 +13,15 @@ import {
   writeFileSync,
   type FSWatcher,
 } from 'node:fs';
+import { dirname } from 'node:path';
 import { ConsoleLog } from '../console-log.js';
 import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../driver.js';
 import { processStats } from '../stats.js';
-import { parseControl } from '../stop-info.js';
+import { emptyControl } from '../stop-info.js';
 import { handoverOffset } from '../unikraft.js';
+import { ControlTail } from './control-tail.js';
+import { confinedCommand, jailArgv, jailRoot, makeCgroups, removeCgroups } from './jail.js';
+import { alive, hostVms, killVm } from './procs.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 
@@ -27,6 +31,8 @@ export interface QemuDriverOptions extends QemuOptions {
   logDir(id: string): string;
   /** raw console bytes kept before they are moved into the bounded log */
   serialChunk?: number;
+  /** per-VM confinement (own uid, chroot, seccomp, rlimits, cgroups; docs/security.md); default on */
+  confine?: boolean;
   log?: (obj: object, msg: string) => void;
 }
 
@@ -43,8 +49,8 @@ interface Vm {
   panicked: boolean;
   status: number | null;
   exited: boolean;
-  ctlOffset: number;
-  ctlText: string;
+  /** the control channel (unihost contract) */
+  ctl: ControlTail | null;
   seen: { init: boolean; ready: boolean };
   console: ConsoleLog;
   /** console bytes of this boot (for the crash cause), capped */
@@ -53,20 +59,6 @@ interface Vm {
   done: Promise<void>;
   resolveDone: () => void;
 }
-
-/** Whether `pid` runs; a zombie (an adopted VM that ended, not yet reaped by its new parent) does not. */
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\S+ \(.*\) Z/s.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return false;
-  }
-};
 
 /**
  * Boots each VM as a detached `qemu-system-x86_64` in its own process group,
@@ -84,14 +76,21 @@ export class QemuDriver implements MachineDriver {
 
   async start(spec: MachineSpec): Promise<MachineRuntime> {
     if (this.vms.get(spec.id)?.exited === false) throw new Error(`VM ${spec.id} is already running`);
+    // Idempotent boot: a VM of this instance that nothing tracks (a daemon killed between spawn and
+    // storing its pid) is ended before its runtime files are replaced.
+    for (const stray of hostVms(dirname(spec.dir)).filter((v) => v.id === spec.id)) {
+      this.o.log?.({ id: spec.id, pid: stray.pid }, 'killing an untracked VM of this instance before booting it');
+      if (!(await killVm(stray.pid))) throw new Error(`an earlier VM of this instance (pid ${stray.pid}) does not end`);
+    }
     mkdirSync(spec.dir, { recursive: true });
     const f = runtimeFiles(spec.dir);
     for (const p of Object.values(f)) rmSync(p, { force: true });
+    const [cmd, ...args] = this.command(spec);
     const err = openSync(f.stderr, 'w');
     const spawnedAt = Date.now();
     let child;
     try {
-      child = spawn(this.o.qemu, qemuArgv(spec, this.o), { detached: true, stdio: ['ignore', 'ignore', err] });
+      child = spawn(cmd!, args, { detached: true, stdio: ['ignore', 'ignore', err] });
     } finally {
       closeSync(err);
     }
@@ -107,6 +106,23 @@ export class QemuDriver implements MachineDriver {
     });
     void this.connectQmp(vm);
     return { pid, spawnedAt, accel: this.o.accel };
+  }
+
+  /** QEMU's command line, confined unless configured otherwise. */
+  private command(spec: MachineSpec): string[] {
+    const argv = qemuArgv(spec, this.o);
+    if (this.o.confine === false) return [this.o.qemu, ...argv];
+    mkdirSync(jailRoot(spec.dir), { recursive: true });
+    const cgroups = makeCgroups(spec.id, spec.memoryMb, this.o.log);
+    return confinedCommand(this.o.qemu, [...argv, ...jailArgv(spec.id, spec.dir)], spec.memoryMb, cgroups);
+  }
+
+  scan(instancesDir: string): { id: string; pid: number }[] {
+    return hostVms(instancesDir);
+  }
+
+  async killStray(pid: number): Promise<boolean> {
+    return killVm(pid);
   }
 
   async adopt(spec: MachineSpec, rt: MachineRuntime): Promise<boolean> {
@@ -142,8 +158,21 @@ export class QemuDriver implements MachineDriver {
       panicked: false,
       status: null,
       exited: false,
-      ctlOffset: 0,
-      ctlText: '',
+      ctl:
+        spec.contract === 'unihost'
+          ? new ControlTail(
+              {
+                path: runtimeFiles(spec.dir).control,
+                savedPath: runtimeFiles(spec.dir).controlState,
+                onFlood: (bytes) =>
+                  this.o.log?.(
+                    { id: spec.id, bytes },
+                    'the guest flooded its control channel: no longer read this boot, file truncated',
+                  ),
+              },
+              adopted,
+            )
+          : null,
       seen: { init: false, ready: false },
       console: new ConsoleLog(this.o.logDir(spec.id)),
       bootConsole: '',
@@ -202,12 +231,9 @@ export class QemuDriver implements MachineDriver {
       // A crash between the append above and this write replays one chunk at most on adoption.
       writeFileSync(f.serialPos, String(vm.serialOffset));
     }
-    if (vm.contract === 'unihost') {
-      const ctl = readFrom(f.control, vm.ctlOffset);
-      if (ctl.length > 0) {
-        vm.ctlOffset += ctl.length;
-        vm.ctlText += ctl.toString('utf8');
-        const c = parseControl(vm.ctlText);
+    if (vm.ctl) {
+      if (vm.ctl.pump()) {
+        const c = vm.ctl.state;
         if (c.init && !vm.seen.init) {
           vm.seen.init = true;
           this.onEvent(vm.id, { type: 'init', at: Date.now() });
@@ -235,13 +261,14 @@ export class QemuDriver implements MachineDriver {
     if (vm.poll) clearInterval(vm.poll);
     if (vm.powerdown) clearInterval(vm.powerdown);
     vm.qmp?.close();
+    removeCgroups(vm.id);
     let stderr = '';
     try {
       stderr = readFileSync(runtimeFiles(vm.dir).stderr, 'utf8').slice(-4096);
     } catch {
       stderr = '';
     }
-    const control: ControlState = parseControl(vm.ctlText);
+    const control: ControlState = { ...(vm.ctl?.state ?? emptyControl()) };
     // Only the QMP event: exit status 1 is also how QEMU itself fails (bad kernel), and the controller tells them apart.
     const panicked = vm.panicked;
     vm.resolveDone();
@@ -260,8 +287,8 @@ export class QemuDriver implements MachineDriver {
     const vm = this.vms.get(id);
     if (!vm || vm.exited || vm.powerdown) return;
     const press = (): void => {
-      const c = parseControl(vm.ctlText);
-      if (vm.exited || c.stop || c.shutdown) {
+      const c = vm.ctl?.state;
+      if (vm.exited || c?.stop || c?.shutdown) {
         if (vm.powerdown) clearInterval(vm.powerdown);
         return;
       }
@@ -291,6 +318,7 @@ export class QemuDriver implements MachineDriver {
   async delete(id: string, dir: string): Promise<void> {
     await this.kill(id);
     this.vms.delete(id);
+    removeCgroups(id);
     rmSync(dir, { recursive: true, force: true });
   }
 

@@ -1,0 +1,45 @@
+/** The confinement's pieces that need no VM: the wrapper command, uids, QEMU options. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { confinedCommand, jailArgv, VM_UID_BASE, vmUid } from './jail.js';
+
+test('the wrapper joins every cgroup with its own pid, applies the rlimits and execs the program with its args', () => {
+  const d = mkdtempSync(join(tmpdir(), 'unihost-jail-'));
+  try {
+    const cgs = ['a', 'b'].map((n) => join(d, n));
+    for (const c of cgs) {
+      mkdirSync(c);
+      writeFileSync(join(c, 'cgroup.procs'), '');
+    }
+    // the "VMM" prints its pid, its args (a `--` among them) and its rlimits
+    const prog = join(d, 'vmm.sh');
+    writeFileSync(prog, '#!/bin/sh\necho "$$ $*"; ulimit -n; ulimit -c\n', { mode: 0o700 });
+    const [cmd, ...args] = confinedCommand(prog, ['-name', 'x', '--', 'y z'], 128, cgs);
+    const r = spawnSync(cmd!, args, { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    const [first, nofile, core] = r.stdout.trim().split('\n');
+    const [pid, ...rest] = first!.split(' ');
+    assert.equal(rest.join(' '), '-name x -- y z');
+    assert.deepEqual([nofile, core], ['256', '0']);
+    for (const c of cgs) assert.equal(readFileSync(join(c, 'cgroup.procs'), 'utf8').trim(), pid, 'same pid: exec');
+    // a cgroup it cannot join fails the start (exit 125) instead of running unconfined
+    const bad = confinedCommand(prog, [], 128, [join(d, 'missing')]);
+    assert.equal(spawnSync(bad[0]!, bad.slice(1)).status, 125);
+  } finally {
+    rmSync(d, { recursive: true, force: true });
+  }
+});
+
+test('uids: per instance, stable, above every regular id', () => {
+  const a = vmUid('0a1b2c3d-0000-4000-8000-000000000000');
+  assert.equal(a, VM_UID_BASE + 0x0a1b2c);
+  assert.equal(vmUid('0a1b2c3d-0000-4000-8000-000000000000'), a);
+  assert.notEqual(vmUid('ffffff3d-0000-4000-8000-000000000000'), a);
+  const argv = jailArgv('0a1b2c3d-0000-4000-8000-000000000000', '/d/i');
+  assert.deepEqual(argv.slice(2), ['-runas', `${a}:${a}`, '-chroot', '/d/i/jail']);
+  assert.match(argv[1]!, /^on,.*spawn=deny/);
+});

@@ -1,0 +1,104 @@
+import { existsSync, mkdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+/**
+ * Per-VM confinement (docs/security.md): QEMU drops to a uid of its own,
+ * chroots into an empty directory and loads a seccomp filter once it has
+ * opened everything it needs (kernel, images, taps, chardev files and the
+ * QMP socket are opened as root before the drop, so no file needs to be
+ * readable by that uid); rlimits and cgroup v1 limits bound its resources.
+ */
+
+/** First uid (and gid) of VMs: far above any regular or system user. */
+export const VM_UID_BASE = 0x40000000;
+const MiB = 1024 * 1024;
+/** Address space QEMU needs above guest RAM (measured: VmPeak 560 MB for a 128 MB TCG guest). */
+const AS_OVERHEAD_MB = 1536;
+/** Memory (RSS + page cache) QEMU may use above guest RAM (measured: RSS ~200 MB for 128 MB). */
+const MEM_OVERHEAD_MB = 512;
+
+/**
+ * A uid per instance, derived from its uuid (24 random bits of a v4 uuid):
+ * VMs do not share a uid, so one compromised QEMU cannot signal, ptrace or
+ * read the memory of another. Two instances share one with probability
+ * ~n²/2²⁵ (n live VMs); that weakens isolation between those two only.
+ */
+export function vmUid(id: string): number {
+  const n = parseInt(id.replace(/-/g, '').slice(0, 6), 16);
+  return VM_UID_BASE + (Number.isFinite(n) ? n : 0);
+}
+
+/** The empty directory QEMU chroots into. */
+export const jailRoot = (dir: string): string => join(dir, 'jail');
+
+/** QEMU options of the confinement (QEMU 7.2). */
+export function jailArgv(id: string, dir: string): string[] {
+  const uid = vmUid(id);
+  return [
+    // elevateprivileges must stay `allow`: QEMU 7.2 loads the filter before it drops to -runas, so
+    // `deny` kills it at its own setuid (SIGSYS). Once it is an unprivileged uid under no_new_privs,
+    // set*id calls cannot gain anything.
+    '-sandbox',
+    'on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny',
+    '-runas',
+    `${uid}:${uid}`,
+    '-chroot',
+    jailRoot(dir),
+  ];
+}
+
+/** `prlimit` options: no core dumps (guest memory), bounded fds and address space. */
+export function rlimitArgv(memoryMb: number): string[] {
+  const as = (memoryMb + AS_OVERHEAD_MB) * MiB;
+  return ['--core=0:0', '--nofile=256:256', `--as=${as}:${as}`];
+}
+
+/** Where cgroup v1 controllers are mounted (one directory per controller, as on Debian with v1). */
+const CGROUP_ROOT = '/sys/fs/cgroup';
+
+/**
+ * Creates the VM's cgroups (v1 `memory` and `pids`, where mounted and
+ * writable) and returns their directories, which the VM joins before it
+ * execs QEMU. Empty when the host has none: rlimits still apply.
+ */
+export function makeCgroups(id: string, memoryMb: number, log?: (o: object, m: string) => void): string[] {
+  const out: string[] = [];
+  const limits: Record<string, Record<string, string>> = {
+    memory: { 'memory.limit_in_bytes': String((memoryMb + MEM_OVERHEAD_MB) * MiB) },
+    pids: { 'pids.max': '64' },
+  };
+  for (const [ctrl, files] of Object.entries(limits)) {
+    if (!existsSync(join(CGROUP_ROOT, ctrl, 'cgroup.procs'))) continue;
+    const dir = join(CGROUP_ROOT, ctrl, 'unihost', id);
+    try {
+      mkdirSync(dir, { recursive: true });
+      for (const [f, v] of Object.entries(files)) writeFileSync(join(dir, f), v);
+      out.push(dir);
+    } catch (e) {
+      log?.({ id, ctrl, err: e }, 'cgroup limits not applied');
+    }
+  }
+  return out;
+}
+
+/** Removes a VM's cgroups (possible only once its processes are gone). */
+export function removeCgroups(id: string): void {
+  for (const ctrl of ['memory', 'pids']) {
+    try {
+      rmdirSync(join(CGROUP_ROOT, ctrl, 'unihost', id));
+    } catch {
+      /* not there, or not empty yet */
+    }
+  }
+}
+
+/**
+ * The command that starts QEMU: a shell joins the cgroups (so QEMU's
+ * memory is charged from its first page), `prlimit` sets the rlimits, both
+ * `exec`, so the pid is QEMU's.
+ */
+export function confinedCommand(qemu: string, argv: string[], memoryMb: number, cgroups: string[]): string[] {
+  const enter = 'for g in "$@"; do [ "$g" = -- ] && break; echo $$ > "$g/cgroup.procs" || exit 125; done';
+  const script = `${enter}; while [ "$1" != -- ]; do shift; done; shift; exec "$@"`;
+  return ['/bin/sh', '-c', script, 'sh', ...cgroups, '--', 'prlimit', ...rlimitArgv(memoryMb), '--', qemu, ...argv];
+}

@@ -1,0 +1,70 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+
+export interface HostVm {
+  /** instance id from `-name unihost-<id>` */
+  id: string;
+  pid: number;
+}
+
+const NAME = /^unihost-([0-9a-f-]{36})$/;
+
+/** Whether `pid` runs; a zombie (ended, not yet reaped by its parent) does not. */
+export const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/^\S+ \(.*\) Z/s.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * Every running QEMU of this data dir: `qemu-system-*` processes whose
+ * command line carries `-name unihost-<id>` and a file in
+ * `<instancesDir>/<id>/` (another daemon's VMs, with another data dir, are
+ * not ours). Read from /proc, so it also finds VMs nothing tracks.
+ */
+export function hostVms(instancesDir: string): HostVm[] {
+  const out: HostVm[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let args: string[];
+    try {
+      args = readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0');
+    } catch {
+      continue; // ended meanwhile
+    }
+    if (!basename(args[0] ?? '').startsWith('qemu-system-')) continue;
+    const i = args.indexOf('-name');
+    const id = NAME.exec(args[i + 1] ?? '')?.[1];
+    if (i < 0 || !id) continue;
+    const mark = `${join(instancesDir, id)}/`;
+    if (!args.some((a) => a.includes(mark))) continue;
+    const pid = Number(name);
+    if (alive(pid)) out.push({ id, pid });
+  }
+  return out;
+}
+
+/** Kills a VM's process group (QEMU runs detached in its own) and waits until it is gone (at most `waitMs`). */
+export async function killVm(pid: number, waitMs = 5000): Promise<boolean> {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  }
+  for (const until = Date.now() + waitMs; Date.now() < until;) {
+    if (!alive(pid)) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return !alive(pid);
+}
