@@ -5,6 +5,7 @@ import { enableKsm } from './machines/ksm.js';
 import { probeAccel } from './machines/qemu/accel.js';
 import { hostTscKhz } from './machines/qemu/argv.js';
 import { QemuDriver } from './machines/qemu/driver.js';
+import { AutoscaleController } from './reconcile/autoscale.js';
 import { MachineController } from './reconcile/machines.js';
 import { GatewayController } from './reconcile/gateway.js';
 import { NetworkController } from './reconcile/network.js';
@@ -52,6 +53,7 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
     bootTimeoutMs: s.config.machines.bootTimeoutMs,
     stopTimeoutMs: s.config.machines.stopTimeoutMs,
   });
+  const autoscale = new AutoscaleController({ services: s, log, cpuMs: (id) => machines.stats(id)?.cpuMs });
   // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.
   const certs = gateway && s.config.acme.enabled ? [new CertificateController(s, log)] : [];
   return [
@@ -60,5 +62,6 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
     machines,
     ...(gateway ? [gateway] : []),
     ...certs,
+    autoscale,
   ];
 }

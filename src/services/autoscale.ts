@@ -1,4 +1,7 @@
+import { randomUUID } from 'node:crypto';
 import type { Target } from '../api/endpoint.js';
+import { allocateIp, macFor } from '../domain/ipam.js';
+import { NAME_MAX, randomSuffix } from '../domain/names.js';
 import { refTarget } from '../domain/refs.js';
 import { checkPolicy, type PolicyIn } from '../domain/steps.js';
 import { err } from '../errors.js';
@@ -6,7 +9,8 @@ import type { AutoscaleRec, InstanceRec, PolicyRec, ServiceGroupRec, Tx, UserRec
 import { findGroup } from './groups.js';
 import type { Deps } from './index.js';
 import { findInstance } from './instances.js';
-import { effectiveQuotas } from './users.js';
+import { assertQuota, effectiveQuotas } from './users.js';
+import { assertHostCapacity } from './capacity.js';
 
 export interface AutoscaleIn {
   master: { uuid?: string; name?: string };
@@ -135,25 +139,86 @@ export class AutoscaleService {
       const c = await tx.autoscale.get(g.id);
       if (!c) throw err('UH_AUTOSCALE_NOT_CONFIGURED', `autoscale is not configured for service group '${g.name}'`);
       await tx.autoscale.delete(g.id);
-      const drainUntil = this.deps.clock.now() + c.cooldown_time_ms;
       for (const i of await tx.instances.inGroup(g.id)) {
-        if (i.autoscale_group_id !== g.id) continue;
-        if (i.state === 'stopped') {
-          await this.deps.instances.deleteInTx(tx, user, i);
-          continue;
-        }
-        await tx.instances.update(i.id, {
-          features: [...new Set([...i.features, 'delete-on-stop'])],
-          desired: 'stopped',
-          state: i.state === 'running' ? 'draining' : i.state === 'standby' ? 'stopped' : 'stopping',
-          stop_request: { force: false, drain_until: drainUntil, by: 'platform' },
-        });
+        if (i.autoscale_group_id === g.id) await this.drainCloneInTx(tx, user, i, c.cooldown_time_ms);
       }
       const master = await tx.instances.get(user.id, c.master_id);
       if (master && (master.state === 'stopped' || master.state === 'standby'))
         await this.deps.instances.startInTx(tx, user, master, false);
       return { uuid: g.id, name: g.name };
     });
+  }
+
+  /**
+   * Takes a clone out (scale-in, configuration deleted): it drains for at
+   * most `drainMs` and is deleted once stopped (delete-on-stop); a stopped
+   * one goes at once.
+   */
+  async drainCloneInTx(tx: Tx, user: UserRec, i: InstanceRec, drainMs: number): Promise<void> {
+    if (i.state === 'stopped') return this.deps.instances.deleteInTx(tx, user, i);
+    const stopping = i.state === 'draining' || i.state === 'stopping';
+    await tx.instances.update(i.id, {
+      features: [...new Set([...i.features, 'delete-on-stop'])],
+      desired: 'stopped',
+      state: i.state === 'running' ? 'draining' : i.state === 'standby' ? 'stopped' : 'stopping',
+      // a drain already under way keeps its (earlier) end
+      stop_request:
+        stopping && i.stop_request
+          ? i.stop_request
+          : { force: false, drain_until: this.deps.clock.now() + drainMs, by: 'platform' },
+    });
+  }
+
+  /**
+   * Scale-out: one clone of the master in its group (same image digest,
+   * args, env, memory, restart policy; no volumes), started at once and
+   * marked with `autoscale_group_id`. Quotas and host capacity apply.
+   */
+  async cloneInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, master: InstanceRec): Promise<InstanceRec> {
+    await assertQuota(tx, this.deps.config, user, {
+      instances: 1,
+      live_instances: 1,
+      live_memory_mb: master.memory_mb,
+    });
+    await assertHostCapacity(tx, this.deps.config.capacity, 1, master.memory_mb);
+    let name = `${master.name.slice(0, NAME_MAX - 6)}-${randomSuffix(5)}`;
+    while (await tx.instances.getByName(user.id, name))
+      name = `${master.name.slice(0, NAME_MAX - 6)}-${randomSuffix(5)}`;
+    const nic = randomUUID();
+    const clone: InstanceRec = {
+      ...master,
+      id: randomUUID(),
+      name,
+      created_at: new Date(this.deps.clock.now()).toISOString(),
+      features: master.features.filter((f) => f !== 'scale-to-zero'),
+      state: 'starting',
+      desired: 'running',
+      stop_request: null,
+      start_count: 0,
+      started_at: null,
+      stopped_at: null,
+      uptime_ms: 0,
+      boot_time_us: null,
+      stop_reason: null,
+      exit_code: null,
+      stop_code: null,
+      vmm_start_time_us: null,
+      vmm_load_time_us: null,
+      vmm_ready_time_us: null,
+      net_time_us: null,
+      restart_attempt: 0,
+      restart_next_at: null,
+      restart_count: 0,
+      service_group_id: g.id,
+      private_ip: await allocateIp(tx, this.deps.subnet),
+      mac: macFor(nic),
+      nic_id: nic,
+      autoscale_group_id: g.id,
+      runtime: {},
+    };
+    await tx.instances.insert(clone);
+    await this.deps.groups.onInstanceAttachedInTx(tx, user, g.id);
+    return clone;
   }
 
   async addPolicy(user: UserRec, t: Target, p: PolicyIn) {

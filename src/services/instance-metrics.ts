@@ -5,6 +5,7 @@ import { tapName } from '../network/host.js';
 import type { UserRec } from '../store/types.js';
 import type { Deps } from './index.js';
 import { findInstance } from './instances.js';
+import { controllerWith } from './controller-access.js';
 
 /** What the machine controller offers (src/reconcile/machines.ts): CPU time and RSS of a VM's process. */
 interface MachineStats {
@@ -14,11 +15,6 @@ interface MachineStats {
 /** What the gateway controller offers: open connections to an instance. */
 interface ConnectionCount {
   connections(id: string): number | undefined;
-}
-
-/** The first started controller that has method `key` (the daemon wires them; services only read). */
-function controllerWith<T>(deps: Deps, key: string): T | undefined {
-  return deps.controllers?.find((c) => typeof (c as Record<string, unknown>)?.[key] === 'function') as T | undefined;
 }
 
 /**

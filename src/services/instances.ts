@@ -15,6 +15,12 @@ import { createInTx, type CreateParams } from './instances-create.js';
 import { assertHostCapacity } from './capacity.js';
 import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
+import { controllerWith } from './controller-access.js';
+
+/** What the autoscale controller offers (src/reconcile/autoscale.ts). */
+interface CpuMetric {
+  cpuMillicores(id: string): number | undefined;
+}
 
 export interface StopParams {
   force?: boolean;
@@ -77,6 +83,11 @@ export class InstanceService {
       for (const k of ['vmm_start_time_us', 'vmm_load_time_us', 'vmm_ready_time_us', 'net_time_us'] as const) {
         if (i[k] !== null) out[k] = i[k];
       }
+      // The autoscaler's per-instance CPU (docs/autoscale.md), while it has samples.
+      const cpu = isLive(i.state)
+        ? controllerWith<CpuMetric>(this.deps, 'cpuMillicores')?.cpuMillicores(i.id)
+        : undefined;
+      if (cpu !== undefined) out.cpu_millicores = cpu;
     }
     if (i.boot_time_us !== null) out.boot_time_us = i.boot_time_us;
     if (STOP_INFO_STATES.has(i.state)) {

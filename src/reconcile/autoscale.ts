@@ -1,0 +1,177 @@
+import type { Logger } from 'pino';
+import type { Controller } from '../daemon.js';
+import { average, decide } from '../domain/autoscale.js';
+import { CpuWindow } from '../domain/cpu-window.js';
+import type { Services } from '../services/index.js';
+import type { AutoscaleRec, InstanceRec, Tx } from '../store/types.js';
+import type { TimerApi } from './engine.js';
+
+export interface AutoscaleOptions {
+  services: Services;
+  log: Logger;
+  /** CPU time (ms) of an instance's VM process so far (the machine controller's `stats`) */
+  cpuMs: (instanceId: string) => number | undefined;
+  /** sampling and evaluation period; 1000 by default */
+  intervalMs?: number;
+  /** window the per-instance CPU is averaged over; 3000 by default */
+  windowMs?: number;
+  /** tests drive `tick()` themselves and pass timers that never fire */
+  timers?: TimerApi;
+}
+
+/** Instances the autoscaler counts as the group's capacity: wanted up and not on their way out. */
+function active(i: InstanceRec): boolean {
+  return i.desired === 'running' && i.state !== 'draining' && i.state !== 'stopping';
+}
+
+/**
+ * The autoscaler (docs/autoscale.md). Every interval it samples the CPU time
+ * of every live VM into a small per-instance window, then evaluates each
+ * enabled autoscale configuration: the group's CPU (millicores, averaged
+ * over its running instances past warmup) is run through all policies
+ * (src/domain/autoscale.ts), and the group is scaled out with clones of the
+ * master or in by draining the newest clones. At most one scaling action
+ * per cooldown.
+ */
+export class AutoscaleController implements Controller {
+  private readonly windows = new Map<string, CpuWindow>();
+  /** wall time of each group's last scaling action (cooldown) */
+  private readonly lastAction = new Map<string, number>();
+  private timer: unknown = null;
+  private running: Promise<void> | null = null;
+  private stopped = false;
+  private readonly intervalMs: number;
+  private readonly windowMs: number;
+  private readonly timers: TimerApi;
+
+  constructor(private readonly o: AutoscaleOptions) {
+    this.intervalMs = o.intervalMs ?? 1000;
+    this.windowMs = o.windowMs ?? 3000;
+    this.timers = o.timers ?? {
+      setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
+      clearTimeout: (t) => clearTimeout(t as NodeJS.Timeout),
+    };
+  }
+
+  async start(): Promise<void> {
+    this.schedule();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) this.timers.clearTimeout(this.timer);
+    await this.running;
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = this.timers.setTimeout(() => {
+      void this.tick().finally(() => this.schedule());
+    }, this.intervalMs);
+  }
+
+  /** CPU of an instance's VM over the window, in millicores; undefined when not sampled. */
+  cpuMillicores(instanceId: string): number | undefined {
+    return this.windows.get(instanceId)?.millicores();
+  }
+
+  /** One sampling and evaluation pass (the timer's, or a test's). Passes never overlap. */
+  async tick(): Promise<void> {
+    while (this.running) await this.running;
+    this.running = this.pass().finally(() => (this.running = null));
+    return this.running;
+  }
+
+  private async pass(): Promise<void> {
+    const s = this.o.services;
+    const { live, configs } = await s.store.read(async (tx) => ({
+      live: (await tx.instances.all()).filter((i) => i.state === 'running' || i.state === 'draining'),
+      configs: await this.configs(tx),
+    }));
+    this.sample(live);
+    for (const c of configs) {
+      try {
+        await this.evaluate(c);
+      } catch (e) {
+        this.o.log.warn({ group: c.group_id, err: e }, 'autoscale: evaluation failed');
+        // e.g. a quota refusing clones: tried again after one cooldown, not every second
+        this.lastAction.set(c.group_id, this.o.services.clock.now());
+      }
+    }
+  }
+
+  private async configs(tx: Tx): Promise<AutoscaleRec[]> {
+    const out: AutoscaleRec[] = [];
+    for (const g of await tx.groups.all()) {
+      const c = await tx.autoscale.get(g.id);
+      if (c?.enabled) out.push(c);
+    }
+    return out;
+  }
+
+  private sample(live: InstanceRec[]): void {
+    const t = this.o.services.clock.now();
+    const seen = new Set<string>();
+    for (const i of live) {
+      const cpuMs = this.o.cpuMs(i.id);
+      if (cpuMs === undefined) continue;
+      seen.add(i.id);
+      let w = this.windows.get(i.id);
+      if (!w) this.windows.set(i.id, (w = new CpuWindow(this.windowMs)));
+      w.add({ t, cpuMs });
+    }
+    for (const id of [...this.windows.keys()]) if (!seen.has(id)) this.windows.delete(id);
+  }
+
+  /** Decides and acts for one group, in one transaction (the store is the truth, not this pass's snapshot). */
+  private async evaluate(c: AutoscaleRec): Promise<void> {
+    const s = this.o.services;
+    const now = s.clock.now();
+    await s.store.tx(async (tx) => {
+      const cur = await tx.autoscale.get(c.group_id);
+      const user = await tx.users.get(c.user_id);
+      const g = await tx.groups.get(c.user_id, c.group_id);
+      if (!cur?.enabled || !user || !g) return;
+      const members = await tx.instances.inGroup(g.id);
+      const clones = members.filter((i) => i.autoscale_group_id === g.id);
+      // A clone that stopped by itself (exit, crash without restart) is no capacity: it goes.
+      for (const i of clones)
+        if (i.state === 'stopped' && i.desired === 'stopped') await s.instances.deleteInTx(tx, user, i);
+      const master = members.find((i) => i.id === cur.master_id);
+      // Scaling follows a running master; a stopped master (or scale-to-zero standby) is left alone.
+      if (!master || master.state !== 'running') return;
+      const capacity = [master, ...clones.filter(active)];
+      const measured = capacity.filter(
+        (i) => i.state === 'running' && Date.parse(i.started_at ?? '') + cur.warmup_time_ms <= now,
+      );
+      const values = new Map<string, number>();
+      for (const i of measured) {
+        const m = this.cpuMillicores(i.id);
+        if (m !== undefined) values.set(i.name, m);
+      }
+      const metric = average([...values.values()]);
+      if (metric === undefined) return; // everything still warming up: nothing to judge by
+      const d = decide(cur.policies, metric, capacity.length, { min: cur.min_size, max: cur.max_size });
+      if (d.target === capacity.length) return;
+      const last = this.lastAction.get(g.id);
+      if (last !== undefined && now - last < cur.cooldown_time_ms) return;
+      const facts = { group: g.name, cpu_millicores: Math.round(metric), instances: Object.fromEntries(values) };
+      const why = { ...facts, from: capacity.length, to: d.target, policies: d.applied };
+      if (d.target > capacity.length) {
+        const made: string[] = [];
+        for (let k = capacity.length; k < d.target; k++)
+          made.push((await s.autoscale.cloneInTx(tx, user, g, master)).name);
+        this.o.log.info({ ...why, created: made }, 'autoscale: scale out');
+      } else {
+        // Newest clones go first; the master never does.
+        const out = clones
+          .filter(active)
+          .sort((a, b) => b.created_at.localeCompare(a.created_at))
+          .slice(0, capacity.length - d.target);
+        for (const i of out) await s.autoscale.drainCloneInTx(tx, user, i, cur.cooldown_time_ms);
+        this.o.log.info({ ...why, draining: out.map((i) => i.name) }, 'autoscale: scale in');
+      }
+      this.lastAction.set(g.id, now);
+    });
+  }
+}
