@@ -59,7 +59,12 @@ function describe(path: string, schema: TSchema, value: unknown, message: string
     const custom = (schema as { errorMessage?: string }).errorMessage;
     return `parameter '${path.slice(1, at).replace(/\//g, '.')}': key '${path.slice(at + 1)}' is not allowed${custom ? `: ${custom}` : ''}`;
   }
-  if (message === 'Unexpected property') return `unknown parameter '${path.slice(1).replace(/\//g, '.')}'`;
+  if (message === 'Unexpected property') {
+    const key = path.slice(1).replace(/\//g, '.');
+    if (key === '') return 'body: a parameter has an empty name';
+    if (key.endsWith('.')) return `parameter '${key.slice(0, -1)}': a key is empty`;
+    return `unknown parameter '${key}'`;
+  }
   const custom = (schema as { errorMessage?: string }).errorMessage;
   return `${where}: ${custom ?? message.charAt(0).toLowerCase() + message.slice(1)}`;
 }
