@@ -24,7 +24,6 @@ let aUser: string;
 const MISSING_UUID = randomUUID();
 const MISSING_NAME = 'no-such-object';
 const POLICY = 'cpu-up';
-const step = { name: 'p-new', type: 'step', steps: [{ lower_bound: 100, adjustment: 1 }] };
 
 const data = (r: Reply): Any[] => Object.values(r.body.data as Record<string, Any[]>)[0]!;
 
