@@ -35,7 +35,7 @@ export function checkReply(req: Sent, r: Reply): string[] {
   const b = r.body as any;
   if (!b || typeof b !== 'object') return [...out, `answer ${r.status} is not a JSON object`];
   // a request the HTTP layer cannot route (too long, undecodable path) fails before authentication
-  const beforeAuth = r.status === 431 || r.status === 404 || String(b.message).startsWith("path '");
+  const beforeAuth = r.status === 431 || String(b.message).startsWith("path '");
   if (req.auth.kind === 'bad' && r.status !== 401 && !beforeAuth)
     out.push(`a bad authorization header got ${r.status}`);
   if (typeof b.op_time_us !== 'number') out.push('no op_time_us');
