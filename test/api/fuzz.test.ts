@@ -275,4 +275,13 @@ test('errors raised before routing use the envelope and name the problem', async
     400,
     /unknown parameter 'x'/,
   );
+  envelope(await h.call('GET', '/v1/volumes/list', token, { "'": 1 }), 400, /^unknown parameter "'"$/);
+  envelope(await h.call('GET', '/v1/volumes/list', token, { '.': 1 }), 400, /^unknown parameter '\.'$/);
+  const steps = [{ lower_bound: 1, adjustment: 1 }];
+  const bad = { name: 'p', type: 'step', steps, 'a b': 1, nested: 1 };
+  envelope(
+    await h.call('POST', `/v1/services/${known.uuids[0]}/autoscale/policies`, token, bad),
+    400,
+    /unknown parameter "a b"/,
+  );
 });

@@ -19,7 +19,7 @@ export interface Sent {
 const GENERIC = /^(internal error|invalid body|bad request|error|invalid|query|failed|unknown error)\.?$/i;
 /** A clear message names a parameter or object ('x'), or says which part of the request is wrong. */
 const NAMES_PROBLEM =
-  /'[^']+'|\b[a-z]+(_[a-z]+)+\b|\b(body|path|query|entry|JSON|token|endpoint|rate limit|quota|too large|expected|allowed|port \d+)\b/i;
+  /'[^']+'|"[^"]+"|\b[a-z_]+\[\d+\]|\b[a-z]+(_[a-z]+)+\b|\b(body|path|query|entry|JSON|token|endpoint|rate limit|quota|too large|expected|allowed|port \d+)\b/i;
 
 function messageProblem(message: unknown, where: string): string | null {
   if (typeof message !== 'string' || message.length === 0) return `${where}: no message`;
