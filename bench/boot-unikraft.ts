@@ -46,6 +46,16 @@ export const fmt = (xs: number[]): string => {
   return `median ${st.median.toFixed(0).padStart(5)} ms  p95 ${st.p95.toFixed(0).padStart(5)} ms  (min ${st.min.toFixed(0)}, max ${st.max.toFixed(0)}, n=${xs.length})`;
 };
 
+/** A JSON API call with the bench user's token; GET parameters go in the body like the spec allows. */
+export const apiCaller = (url: string, token: string) => async (method: string, path: string, body: unknown) => {
+  const r = await request(url + path, {
+    method: method as 'GET',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return (await r.body.json()) as { status: string; data: Record<string, Record<string, unknown>[]> };
+};
+
 const SUBNET = '10.79.0.0/24';
 // raw QEMU gets a bridge of its own: the daemon's bridge only passes traffic of the taps it made
 const RAW_BRIDGE = 'benchbr0';
@@ -97,14 +107,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     await d.services.images.importKernel('helloworld:latest', { kernel: kernel('helloworld'), ...hello.choice });
     await d.services.images.importKernel('c-http:latest', { kernel: kernel('c-http'), ports: [8080], ...http.choice });
     const { token } = await d.services.users.create('bench', true);
-    const call = async (method: string, path: string, body: unknown) => {
-      const r = await request(d.url + path, {
-        method: method as 'GET',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      return (await r.body.json()) as { status: string; data: Record<string, Record<string, unknown>[]> };
-    };
+    const call = apiCaller(d.url, token);
 
     // raw QEMU: the driver's argv for the same image, kernel args and NIC (a tap on the same bridge)
     execFileSync('ip', ['link', 'add', RAW_BRIDGE, 'type', 'bridge']);
@@ -224,7 +227,20 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     const secs = (performance.now() - t0) / 1000;
     const ok = created.data.instances!.filter((e) => e.state === 'running').length;
     const insts = await d.store.read((tx) => tx.instances.all());
-    const rss = insts.map((x) => processStats((x.runtime as { pid: number }).pid)?.rssBytes ?? 0).filter((b) => b > 0);
+    const pids = insts.map((x) => (x.runtime as { pid?: number }).pid).filter((p): p is number => !!p);
+    const rss = pids.map((p) => processStats(p)?.rssBytes ?? 0).filter((b) => b > 0);
+    const pss = () =>
+      pids.map((p) => Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/smaps_rollup`, 'utf8'))?.[1] ?? 0) * 1024);
+    const pssBefore = pss();
+    // KSM (machines.ksm, on by default) merges identical guest pages in the background: give it two full scans
+    const scans = () => Number(readFileSync('/sys/kernel/mm/ksm/full_scans', 'utf8'));
+    const ksmOn = existsSync('/sys/kernel/mm/ksm/run') && readFileSync('/sys/kernel/mm/ksm/run', 'utf8').trim() === '1';
+    if (ksmOn) {
+      const s0 = scans();
+      const until = performance.now() + 60_000;
+      while (scans() < s0 + 2 && performance.now() < until) await new Promise((r) => setTimeout(r, 500));
+    }
+    const pssAfter = pss();
     await call(
       'DELETE',
       '/v1/instances',
@@ -252,6 +268,9 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     }
     const mib = (b: number) => (b / 2 ** 20).toFixed(1);
     console.log(`QEMU RSS per running c-http (16 MB guest): median ${mib(stats(rss).median)} MiB (n=${rss.length})`);
+    console.log(
+      `proportional memory (PSS) per c-http: ${mib(stats(pssBefore).median)} MiB at start, ${mib(stats(pssAfter).median)} MiB ${ksmOn ? 'after two KSM scans' : '(KSM off)'}`,
+    );
     console.log(
       `throughput: ${ok}/${batch} c-http instances created and running in ${secs.toFixed(1)} s = ${((ok / secs) * 60).toFixed(0)} per minute`,
     );

@@ -13,14 +13,12 @@
  * images (guest/build-images.sh); runs itself inside a network namespace it
  * creates and deletes (the Unikraft part boots guests with NICs).
  */
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pino from 'pino';
-import { request } from 'undici';
 import { DEFAULTS } from '../src/config.js';
 import { defaultControllers } from '../src/controllers.js';
 import { startDaemon } from '../src/daemon.js';
@@ -29,7 +27,8 @@ import { imageBootFiles } from '../src/images/boot-files.js';
 import { importGuestImages } from '../src/images/guest.js';
 import { hostTscKhz, qemuArgv, runtimeFiles } from '../src/machines/qemu/argv.js';
 import { processStats } from '../src/machines/stats.js';
-import { fmt, stats, unikraftSection } from './boot-unikraft.js';
+import { runFileInNewNetns } from '../test/helpers/netns.js';
+import { apiCaller, fmt, stats, unikraftSection } from './boot-unikraft.js';
 
 const { values } = parseArgs({
   options: {
@@ -59,14 +58,7 @@ async function linuxSection(): Promise<void> {
   try {
     await importGuestImages(d.services.images, 'guest/out');
     const { token } = await d.services.users.create('bench', true);
-    const call = async (method: string, path: string, body: unknown) => {
-      const r = await request(d.url + path, {
-        method: method as 'GET',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      return (await r.body.json()) as { status: string; data: Record<string, Record<string, unknown>[]> };
-    };
+    const call = apiCaller(d.url, token);
 
     // (a) raw QEMU with the driver's command line
     const img = await d.store.read(async (tx) => (await tx.images.tag(values.image!))!.digest);
@@ -190,33 +182,13 @@ async function inner(): Promise<void> {
 
 /** Re-runs this file inside a fresh network namespace and deletes it afterwards. */
 function outer(): number {
-  const ns = `uhbench-${process.pid}`;
-  execFileSync('ip', ['netns', 'add', ns]);
-  try {
-    execFileSync('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
-    const r = spawnSync(
-      'ip',
-      [
-        'netns',
-        'exec',
-        ns,
-        process.execPath,
-        '--import',
-        'tsx',
-        fileURLToPath(import.meta.url),
-        ...process.argv.slice(2),
-      ],
-      {
-        stdio: 'inherit',
-        env: { ...process.env, UH_BENCH_NETNS: ns },
-      },
-    );
-    return r.status ?? 1;
-  } finally {
-    for (const p of spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean))
-      spawnSync('kill', ['-9', p]);
-    execFileSync('ip', ['netns', 'del', ns]);
-  }
+  const r = runFileInNewNetns(import.meta.url, {
+    prefix: 'uhbench',
+    args: process.argv.slice(2),
+    env: { UH_BENCH_NETNS: '1' },
+    stdio: 'inherit',
+  });
+  return r.status ?? 1;
 }
 
 if (process.env.UH_BENCH_NETNS) await inner();

@@ -34,6 +34,7 @@ export interface Config {
   machines: MachinesConfig;
   network: NetworkConfig;
   gateway: GatewayConfig;
+  acme: AcmeConfig;
 }
 
 /** Host admission control: how much RAM the guests of all users may hold together. */
@@ -44,6 +45,25 @@ export interface CapacityConfig {
   /** counted per VM on top of its `memory_mb` (QEMU itself, its TCG translation buffer) */
   vmOverheadMb: number;
 }
+
+/** Certificates for custom domains from an ACME authority (docs/certificates.md). */
+export interface AcmeConfig {
+  /** request certificates for custom domains at all */
+  enabled: boolean;
+  /** directory URL (`--acme-directory`, `UNIHOST_ACME_DIRECTORY`) */
+  directory: string;
+  /** PEM file of extra CAs trusted for the directory's HTTPS (a private authority, tests) */
+  directoryCa?: string;
+  /** account contact */
+  email?: string;
+  /** failed attempts before a certificate goes to `error` */
+  maxAttempts: number;
+  /** back-off after the first failure, doubled per attempt (per domain), at most `retryMaxMs` */
+  retryBaseMs: number;
+  retryMaxMs: number;
+}
+
+export const LETS_ENCRYPT_PRODUCTION = 'https://acme-v02.api.letsencrypt.org/directory';
 
 export interface GatewayConfig {
   /** publish service groups' ports (listeners, TLS, balancing) */
@@ -75,6 +95,12 @@ export interface MachinesConfig {
   bootTimeoutMs: number;
   /** a graceful stop that has not ended by then becomes a forced one */
   stopTimeoutMs: number;
+  /**
+   * turn the kernel's same-page merging on at start (host-wide; QEMU marks
+   * guest RAM mergeable): identical pages of unikernel guests are shared
+   * (docs/machines.md, "Memory per guest")
+   */
+  ksm: boolean;
 }
 
 export function defaultDataDir(): string {
@@ -120,11 +146,19 @@ export const DEFAULTS: Config = {
   logLevel: 'info',
   network: { enabled: true, bridge: 'uhbr0', dns: true, dnsPort: 53 },
   gateway: { enabled: true, listen: '127.0.0.1', portOffset: 0 },
+  acme: {
+    enabled: true,
+    directory: LETS_ENCRYPT_PRODUCTION,
+    maxAttempts: 5,
+    retryBaseMs: 60_000,
+    retryMaxMs: 3_600_000,
+  },
   machines: {
     driver: 'qemu',
     accel: 'auto',
     qemu: 'qemu-system-x86_64',
     tbSizeMb: 32,
+    ksm: true,
     bootTimeoutMs: 180_000,
     stopTimeoutMs: 15_000,
   },
@@ -169,6 +203,7 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
     c.rateLimit = { max };
   }
   if (env.UNIHOST_ACCEL) c.machines = { accel: env.UNIHOST_ACCEL as MachinesConfig['accel'] };
+  if (env.UNIHOST_ACME_DIRECTORY) c.acme = { directory: env.UNIHOST_ACME_DIRECTORY };
   if (env.UNIHOST_GATEWAY_LISTEN) c.gateway = { listen: env.UNIHOST_GATEWAY_LISTEN };
   if (env.UNIHOST_NETWORK) c.network = { enabled: !/^(0|false|off|no)$/i.test(env.UNIHOST_NETWORK) };
   return c;

@@ -1,12 +1,14 @@
 import type { Logger } from 'pino';
 import type { Controller } from './daemon.js';
 import { registerDriver, type DriverFactory } from './machines/driver.js';
+import { enableKsm } from './machines/ksm.js';
 import { probeAccel } from './machines/qemu/accel.js';
 import { hostTscKhz } from './machines/qemu/argv.js';
 import { QemuDriver } from './machines/qemu/driver.js';
 import { MachineController } from './reconcile/machines.js';
 import { GatewayController } from './reconcile/gateway.js';
 import { NetworkController } from './reconcile/network.js';
+import { CertificateController } from './reconcile/certificates.js';
 import { waitForPort } from './network/probe.js';
 import { VolumeController } from './reconcile/volumes.js';
 import type { Services } from './services/index.js';
@@ -17,6 +19,7 @@ export async function machineDriver(s: Services, log: Logger): Promise<DriverFac
   if (m.driver !== 'qemu') throw new Error(`unknown machine driver '${m.driver}' (known: qemu)`);
   const accel = await probeAccel(m.accel, { qemu: m.qemu, log: (msg) => log.info(msg) });
   log.info({ accel }, `machines: QEMU with ${accel.toUpperCase()}`);
+  if (m.ksm) log.info({ ksm: enableKsm() }, 'machines: same-page merging (KSM) for guest memory');
   const factory: DriverFactory = (onEvent) =>
     new QemuDriver(
       {
@@ -50,5 +53,12 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
     stopTimeoutMs: s.config.machines.stopTimeoutMs,
   });
   // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.
-  return [new VolumeController(s, log), ...(network ? [network] : []), machines, ...(gateway ? [gateway] : [])];
+  const certs = gateway && s.config.acme.enabled ? [new CertificateController(s, log)] : [];
+  return [
+    new VolumeController(s, log),
+    ...(network ? [network] : []),
+    machines,
+    ...(gateway ? [gateway] : []),
+    ...certs,
+  ];
 }

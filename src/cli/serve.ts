@@ -9,6 +9,7 @@ interface ServeOpts {
   config?: string;
   tlsCert?: string;
   tlsKey?: string;
+  acmeDirectory?: string;
 }
 
 /** `unihost serve`: runs the daemon in the foreground until SIGINT/SIGTERM. */
@@ -26,9 +27,17 @@ export function registerServe(program: Command): void {
     .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)')
     .option('--tls-cert <file>', 'serve the API over HTTPS with this PEM certificate chain (env UNIHOST_TLS_CERT)')
     .option('--tls-key <file>', 'the PEM key of --tls-cert (env UNIHOST_TLS_KEY)')
+    .option(
+      '--acme-directory <url>',
+      "ACME directory for custom domains' certificates (env UNIHOST_ACME_DIRECTORY; default Let's Encrypt production)",
+    )
     .action(async (o: ServeOpts) => {
-      const { tlsCert, tlsKey, ...rest } = o;
-      const config = loadConfig({ ...rest, tls: { cert: tlsCert, key: tlsKey } });
+      const { tlsCert, tlsKey, acmeDirectory, ...rest } = o;
+      const config = loadConfig({
+        ...rest,
+        tls: { cert: tlsCert, key: tlsKey },
+        ...(acmeDirectory ? { acme: { directory: acmeDirectory } } : {}),
+      });
       // loaded here, not at the top: client commands start faster without the daemon's modules
       const { startDaemon } = await import('../daemon.js');
       const { defaultControllers } = await import('../controllers.js');

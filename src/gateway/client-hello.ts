@@ -19,6 +19,8 @@ export function tlsAlert(description: number): Buffer {
 
 export const ALERT_UNRECOGNIZED_NAME = 112;
 export const ALERT_DECODE_ERROR = 50;
+/** sent for a custom name whose certificate is not issued yet (pending) */
+export const ALERT_HANDSHAKE_FAILURE = 40;
 
 /** Parses what has arrived so far; `more` asks for more bytes. */
 export function parseClientHello(buf: Buffer): HelloParse {

@@ -156,6 +156,15 @@ export class Gateway {
     this.stats.forgetInstance(instanceId);
   }
 
+  /**
+   * Installs the certificates of custom FQDNs (the whole set; see
+   * src/certs/dataplane.ts): new handshakes use them at once, open
+   * connections keep theirs. A custom name left out is refused until it has one.
+   */
+  setCertificates(certs: { names: string[]; pair: KeyPair }[]): string[] {
+    return this.contexts.setCustom(certs);
+  }
+
   /** Replaces the metro wildcard certificate (renewal); new handshakes use it. */
   setCertificate(pair: KeyPair): void {
     this.contexts.setWildcard(pair);

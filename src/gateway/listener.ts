@@ -4,6 +4,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 import {
   ALERT_DECODE_ERROR,
+  ALERT_HANDSHAKE_FAILURE,
   ALERT_UNRECOGNIZED_NAME,
   normalizeHost,
   parseClientHello,
@@ -196,6 +197,16 @@ export class Listener {
           raw.end(tlsAlert(ALERT_UNRECOGNIZED_NAME));
           return;
         }
+        if (!this.contexts.has(r.sni!)) {
+          // A custom domain whose certificate is pending: unavailable (api-v1.md, certificate states).
+          this.noisy.info(
+            'pending-cert',
+            { port: this.port, client, sni: r.sni },
+            'gateway: no certificate for this name yet (pending), handshake refused',
+          );
+          raw.end(tlsAlert(ALERT_HANDSHAKE_FAILURE));
+          return;
+        }
         raw.unshift(buf);
         (route.handlers.includes('http') ? this.tlsHttp : this.tlsTcp).emit('connection', raw);
       }
@@ -242,18 +253,20 @@ export class Listener {
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
-    const r = this.resolve(req);
-    if ('status' in r) {
-      sendText(res, r.status, r.text);
-      return;
-    }
+    // ACME HTTP-01 first: the authority asks for the name before it has any route or while it redirects.
     const path = req.url ?? '/';
-    if (this.ctx.acmeChallenge && !this.tlsMode && path.startsWith(ACME_PREFIX)) {
-      const answer = this.ctx.acmeChallenge(r.host, path.slice(ACME_PREFIX.length));
+    const host = normalizeHost(requestHost(req));
+    if (this.ctx.acmeChallenge && !this.tlsMode && host !== undefined && path.startsWith(ACME_PREFIX)) {
+      const answer = this.ctx.acmeChallenge(host, path.slice(ACME_PREFIX.length));
       if (answer !== undefined) {
         sendText(res, 200, answer);
         return;
       }
+    }
+    const r = this.resolve(req);
+    if ('status' in r) {
+      sendText(res, r.status, r.text);
+      return;
     }
     if (r.route.handlers.includes('redirect')) redirectHttps(req, res, r.host);
     else proxyHttp(this.ctx, r.route, req, res);

@@ -23,12 +23,15 @@ export const TLS_BASE: tls.SecureContextOptions = {
 
 /**
  * Secure contexts per certificate: the metro wildcard for names under the
- * metro domain, `certFor` for custom FQDNs (falling back to the wildcard
- * while a custom certificate is pending, so the client sees a name mismatch
- * rather than a closed socket). Contexts are cached by certificate text.
+ * metro domain; for custom FQDNs the certificates installed with
+ * `setCustom`, else `certFor`. A custom name with neither has no context
+ * (`has` is false): the listener refuses it with an alert, since the
+ * wildcard would only show the client a name mismatch. Contexts are cached
+ * by certificate text.
  */
 export class TlsContexts {
   private readonly cache = new Map<string, tls.SecureContext>();
+  private custom = new Map<string, tls.SecureContext>();
   private wildcard: tls.SecureContext;
 
   constructor(
@@ -49,11 +52,52 @@ export class TlsContexts {
     return this.pair;
   }
 
-  /** The context for a (normalized) server name. */
+  /**
+   * Installs the certificates of custom names, replacing the whole set:
+   * new handshakes use them at once, open connections keep theirs. Returns
+   * the names whose pair OpenSSL refused (they have none).
+   */
+  setCustom(certs: { names: string[]; pair: KeyPair }[]): string[] {
+    const m = new Map<string, tls.SecureContext>();
+    const failed: string[] = [];
+    for (const c of certs) {
+      let ctx: tls.SecureContext;
+      try {
+        ctx = this.contextFor(c.pair);
+      } catch {
+        failed.push(...c.names); // a broken pair must not take the others down
+        continue;
+      }
+      for (const n of c.names) m.set(n.toLowerCase().replace(/\.$/, ''), ctx);
+    }
+    this.custom = m;
+    if (this.cache.size > 2 * m.size + 100) {
+      // drop contexts of certificates no longer installed
+      const keep = new Set(m.values());
+      for (const [k, v] of this.cache) if (!keep.has(v)) this.cache.delete(k);
+    }
+    return failed;
+  }
+
+  private isMetro(sni: string): boolean {
+    return sni === this.metroDomain || sni.endsWith(`.${this.metroDomain}`);
+  }
+
+  /** Whether a (normalized) name has a certificate to show. */
+  has(sni: string): boolean {
+    return this.isMetro(sni) || this.custom.has(sni) || this.certFor?.(sni) !== undefined;
+  }
+
+  /** The context for a (normalized) server name (the wildcard when it has none: see `has`). */
   forName(sni: string): tls.SecureContext {
-    if (sni === this.metroDomain || sni.endsWith(`.${this.metroDomain}`) || !this.certFor) return this.wildcard;
-    const pair = this.certFor(sni);
-    if (!pair) return this.wildcard;
+    if (this.isMetro(sni)) return this.wildcard;
+    const installed = this.custom.get(sni);
+    if (installed) return installed;
+    const pair = this.certFor?.(sni);
+    return pair ? this.contextFor(pair) : this.wildcard;
+  }
+
+  private contextFor(pair: KeyPair): tls.SecureContext {
     const key = pair.cert;
     let ctx = this.cache.get(key);
     if (!ctx) {

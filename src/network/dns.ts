@@ -43,8 +43,25 @@ export class InternalDns {
     this.zone = (opts.zone ?? 'internal').toLowerCase();
   }
 
-  /** Binds UDP (and TCP); resolves with the bound port. Call once. */
+  /**
+   * Binds UDP (and TCP on the same port); resolves with the bound port. Call
+   * once. With port 0 the UDP port is the kernel's pick, and the same TCP port
+   * may be in use (an ephemeral port of some connection): then it tries again.
+   */
   async start(): Promise<{ host: string; port: number }> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.bind();
+      } catch (e) {
+        const retry =
+          (this.opts.port ?? 53) === 0 && (e as NodeJS.ErrnoException).code === 'EADDRINUSE' && attempt < 10;
+        if (!retry) throw e;
+        await this.stop();
+      }
+    }
+  }
+
+  private async bind(): Promise<{ host: string; port: number }> {
     const udp = dgram.createSocket({ type: this.opts.host.includes(':') ? 'udp6' : 'udp4' });
     this.udp = udp;
     udp.on('message', (msg, rinfo) => {

@@ -101,14 +101,41 @@ export class HostNetwork {
     checkTapSpec(spec);
     this.checkPrefix(spec.tap);
     return this.serial(async () => {
-      const known = this.taps.get(spec.tap);
-      if (known && known.ip === spec.ip && known.mac === spec.mac && known.userId === spec.userId) return;
-      await this.ensureTapDevices([spec.tap]);
       const old = this.taps.get(spec.tap);
+      if (old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId) return;
       this.taps.set(spec.tap, spec);
+      // The rules name taps, not devices: both commands run at once (the boot path of a new instance).
+      const results = await Promise.allSettled([
+        old ? this.ensureTapDevices([spec.tap]) : this.addTapDevice(spec.tap),
+        this.applyRules(),
+      ]);
+      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) {
+        if (old) this.taps.set(spec.tap, old);
+        else this.taps.delete(spec.tap); // the next rules update drops it again
+        throw failed.reason;
+      }
       if (old && old.ip !== spec.ip) await this.forgetNeighbour(old.ip);
-      await this.applyRules();
     });
+  }
+
+  /** Creates, attaches and raises a tap in one `ip -batch`; one that exists already takes the slower path. */
+  private async addTapDevice(tap: string): Promise<void> {
+    try {
+      await this.run(
+        ['ip', '-batch', '-'],
+        [
+          `tuntap add dev ${tap} mode tap`,
+          `link set dev ${tap} addrgenmode none`,
+          `link set dev ${tap} master ${this.bridge} up`,
+        ]
+          .join('\n')
+          .concat('\n'),
+      );
+    } catch (e) {
+      if (!(e instanceof CommandError)) throw e;
+      await this.ensureTapDevices([tap]); // left over from a crash, or made by hand: attach what is there
+    }
   }
 
   /** Deletes the tap (if present) and its rules. A running QEMU on it loses its network. */
@@ -117,9 +144,12 @@ export class HostNetwork {
     return this.serial(async () => {
       const spec = this.taps.get(tap);
       this.taps.delete(tap);
-      await this.applyRules();
-      await this.deleteTapDevice(tap);
-      if (spec) await this.forgetNeighbour(spec.ip);
+      // independent of each other once the tap is out of the known set: run at once
+      await Promise.all([
+        this.applyRules(),
+        this.deleteTapDevice(tap),
+        spec ? this.forgetNeighbour(spec.ip) : undefined,
+      ]);
     });
   }
 

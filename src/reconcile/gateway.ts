@@ -5,6 +5,7 @@ import { ensureLocalCa, Gateway, type Backend, type LocalCa, type Route } from '
 import type { Services } from '../services/index.js';
 import type { InstanceRec } from '../store/types.js';
 import { KeyedQueue } from './engine.js';
+import { CertInstaller } from './gateway-certs.js';
 
 const DAY_MS = 86_400_000;
 
@@ -23,6 +24,7 @@ export class GatewayController implements Controller {
   private off: (() => void) | null = null;
   private renew: NodeJS.Timeout | null = null;
   private lastState = new Map<string, InstanceRec['state']>();
+  private certs: CertInstaller | null = null;
 
   constructor(
     private readonly s: Services,
@@ -44,10 +46,13 @@ export class GatewayController implements Controller {
       metroDomain: this.s.config.metroDomain,
       backends: (groupId) => this.backendsByGroup.get(groupId) ?? [],
       onIdle: (id) => this.onIdle(id),
+      acmeChallenge: (host, token) => this.s.certificates.challenges.answer(host, token),
       log: this.log,
     });
+    this.certs = new CertInstaller(this.s, this.gateway, this.log);
     this.off = this.s.store.onChange((c) => {
-      if (c.kind === 'group' || c.kind === 'instance') void this.queue.run('sync', () => this.sync());
+      if (c.kind === 'group' || c.kind === 'instance' || c.kind === 'certificate')
+        void this.queue.run('sync', () => this.sync());
     });
     await this.sync();
     this.renew = setInterval(() => void this.renewCertificate(), DAY_MS);
@@ -66,16 +71,37 @@ export class GatewayController implements Controller {
     await this.gateway?.close();
   }
 
+  /** Resolves once the changes seen so far are applied to the gateway (tests). */
+  settled(): Promise<void> {
+    return this.queue.drain();
+  }
+
   /** Rebuilds routes and backends from the store (cheap: a few queries over groups and instances). */
   private async sync(): Promise<void> {
     const gw = this.gateway;
     if (!gw) return;
-    const { routes, backends, states } = await this.s.store.read(async (tx) => {
+    const { routes, backends, states, custom } = await this.s.store.read(async (tx) => {
       const routes: Route[] = [];
       const backends = new Map<string, Backend[]>();
       const states = new Map<string, InstanceRec['state']>();
+      const custom = new Map<string, string[]>(); // certificate id -> custom FQDNs using it
       for (const g of await tx.groups.all()) {
-        const fqdns = (await tx.domains.forGroup(g.id)).map((d) => d.fqdn);
+        const domains = await tx.domains.forGroup(g.id);
+        const fqdns = domains.map((d) => d.fqdn);
+        for (const d of domains)
+          if (d.certificate_id) custom.set(d.certificate_id, [...(custom.get(d.certificate_id) ?? []), d.fqdn]);
+        // HTTP-01 needs port 80 for custom names: a group that does not publish it gets a redirect there.
+        const acmeNames = domains.filter((d) => d.certificate_id).map((d) => d.fqdn);
+        if (acmeNames.length > 0 && !g.services.some((svc) => svc.port === 80)) {
+          routes.push({
+            groupId: g.id,
+            userId: g.user_id,
+            port: 80,
+            destinationPort: 443,
+            handlers: ['http', 'redirect'],
+            fqdns: acmeNames,
+          });
+        }
         for (const svc of g.services) {
           routes.push({
             groupId: g.id,
@@ -98,8 +124,9 @@ export class GatewayController implements Controller {
         }
         backends.set(g.id, list);
       }
-      return { routes, backends, states };
+      return { routes, backends, states, custom };
     });
+    await this.certs?.install(custom);
     this.backendsByGroup = backends;
     // An instance that stopped or crashed is taken out at once: its connections are cut.
     for (const [id, prev] of this.lastState) {

@@ -1,5 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../api/endpoint.js';
+import { ChallengeAnswers } from '../certs/challenges.js';
+import { CertFiles } from '../certs/files.js';
+import { checkUpload, nameCovers, normalizeName } from '../certs/pem.js';
 import { checkName, randomSuffix } from '../domain/names.js';
 import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
@@ -20,22 +23,50 @@ export async function findCertificate(tx: Tx, user: UserRec, t: Target): Promise
   return c;
 }
 
-/** Whether a certificate's common name covers `fqdn` (exact, or one-label wildcard). */
-export function covers(commonName: string, fqdn: string): boolean {
-  if (commonName === fqdn) return true;
-  if (!commonName.startsWith('*.')) return false;
-  const rest = fqdn.slice(fqdn.indexOf('.') + 1);
-  return fqdn.includes('.') && rest === commonName.slice(2);
+/** Whether a certificate covers `fqdn`: its issued names, else (nothing issued yet) its common name. */
+export function certCovers(c: Pick<CertificateRec, 'common_name' | 'names'>, fqdn: string): boolean {
+  return (c.names.length > 0 ? c.names : [c.common_name]).some((n) => nameCovers(n, fqdn));
 }
 
-/** Certificates for custom domains. Issuance from an ACME authority is the certs reconciler's job. */
+export interface UploadIn {
+  name?: string;
+  cn?: string;
+  common_name?: string;
+  chain: string;
+  pkey: string;
+}
+
+/** Certificates for custom domains. Issuance from an ACME authority is the certificate controller's job. */
 export class CertificateService {
-  constructor(private readonly deps: Deps) {}
+  readonly files: CertFiles;
+  /** HTTP-01 answers the data plane gives while orders are validated */
+  readonly challenges = new ChallengeAnswers();
+
+  constructor(private readonly deps: Deps) {
+    this.files = new CertFiles(deps.paths.certs);
+  }
+
+  private now(): string {
+    return new Date(this.deps.clock.now()).toISOString();
+  }
 
   /**
-   * The certificate a custom domain uses: the one named in the request (its
-   * common name must cover the domain), else an existing one that covers it,
-   * else a new `pending` one that the certs reconciler requests.
+   * Refuses a custom FQDN that another account has claimed: a live
+   * certificate of theirs names it exactly (a domain row is checked by the
+   * caller). An issued or uploaded certificate proves control of the name.
+   */
+  async checkClaimInTx(tx: Tx, user: UserRec, fqdn: string): Promise<void> {
+    const other = (await tx.certificates.all()).find(
+      (c) => c.user_id !== user.id && c.state !== 'error' && c.common_name === fqdn,
+    );
+    if (other) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is claimed by another account`);
+  }
+
+  /**
+   * The certificate a custom domain uses: the one named in the request (it
+   * must cover the domain), else a valid one whose names cover it, else a
+   * pending one for the same name, else a new `pending` one that the
+   * certificate controller requests.
    */
   async forDomainInTx(
     tx: Tx,
@@ -43,19 +74,21 @@ export class CertificateService {
     fqdn: string,
     ref?: { uuid?: string; name?: string },
   ): Promise<CertificateRec> {
+    await this.checkClaimInTx(tx, user, fqdn);
     if (ref) {
       const c = await findCertificate(tx, user, refTarget(ref, 'certificate'));
-      if (!covers(c.common_name, fqdn)) {
+      if (!certCovers(c, fqdn)) {
         throw err(
           'UH_CERT_MISMATCH',
-          `certificate '${c.name}' (common name '${c.common_name}') does not cover domain '${fqdn}'`,
+          `certificate '${c.name}' (${(c.names.length > 0 ? c.names : [c.common_name]).join(', ')}) does not cover domain '${fqdn}'`,
         );
       }
       return c;
     }
-    const existing = (await tx.certificates.list(user.id)).find(
-      (c) => c.state !== 'error' && covers(c.common_name, fqdn),
-    );
+    const mine = await tx.certificates.list(user.id);
+    const existing =
+      mine.find((c) => c.state === 'valid' && certCovers(c, fqdn)) ??
+      mine.find((c) => c.state === 'pending' && c.common_name === fqdn);
     if (existing) return existing;
     let name = fqdn.slice(0, 121);
     if (!checkName(name).ok || (await tx.certificates.getByName(user.id, name))) name = `cert-${randomSuffix(8)}`;
@@ -63,20 +96,66 @@ export class CertificateService {
       id: randomUUID(),
       user_id: user.id,
       name,
-      created_at: new Date(this.deps.clock.now()).toISOString(),
+      created_at: this.now(),
       common_name: fqdn,
       state: 'pending',
       validation_attempt: 0,
-      validation_next: new Date(this.deps.clock.now()).toISOString(),
+      validation_next: this.now(),
       subject: `CN=${fqdn}`,
       issuer: null,
       serial_number: null,
       not_before: null,
       not_after: null,
       message: null,
+      source: 'acme',
+      names: [],
     };
     await tx.certificates.insert(rec);
     return rec;
+  }
+
+  /**
+   * Stores an uploaded certificate (checked by checkUpload): the pair goes
+   * to files first and is removed again if the record cannot be created.
+   */
+  async create(user: UserRec, p: UploadIn) {
+    const cnIn = p.cn ?? p.common_name;
+    if (cnIn === undefined) throw err('UH_INVALID', "'cn' (or 'common_name') is required");
+    if (p.cn !== undefined && p.common_name !== undefined && normalizeName(p.cn) !== normalizeName(p.common_name)) {
+      throw err('UH_INVALID', "'cn' and 'common_name' disagree: give one");
+    }
+    const cn = normalizeName(cnIn);
+    const up = checkUpload({ chain: p.chain, pkey: p.pkey, cn }, this.deps.clock.now());
+    const name = p.name ?? `cert-${randomSuffix(8)}`;
+    const id = randomUUID();
+    await this.files.write(id, { cert: up.chain, key: up.key });
+    try {
+      return await this.deps.store.tx(async (tx) => {
+        if (await tx.certificates.getByName(user.id, name)) {
+          throw err('UH_EXISTS', `a certificate named '${name}' already exists`);
+        }
+        await this.checkClaimInTx(tx, user, cn);
+        const { names, ...shown } = up.info;
+        await tx.certificates.insert({
+          id,
+          user_id: user.id,
+          name,
+          created_at: this.now(),
+          common_name: cn,
+          state: 'valid',
+          validation_attempt: 0,
+          validation_next: null,
+          message: null,
+          source: 'upload',
+          names,
+          ...shown,
+        });
+        return { uuid: id, name, common_name: cn, state: 'valid', ...shown };
+      });
+    } catch (e) {
+      await this.files.remove(id);
+      throw e;
+    }
   }
 
   async get(user: UserRec, t: Target) {
@@ -105,7 +184,7 @@ export class CertificateService {
   }
 
   async delete(user: UserRec, t: Target) {
-    return this.deps.store.tx(async (tx) => {
+    const out = await this.deps.store.tx(async (tx) => {
       const c = await findCertificate(tx, user, t);
       const used = await tx.domains.forCertificate(c.id);
       if (used.length > 0) {
@@ -117,6 +196,8 @@ export class CertificateService {
       await tx.certificates.delete(c.id);
       return { uuid: c.id, name: c.name };
     });
+    await this.files.remove(out.uuid);
+    return out;
   }
 
   async list(user: UserRec, commonName?: string) {

@@ -23,6 +23,10 @@ export interface Paths {
   images: string;
   instance(id: string): string;
   volume(id: string): string;
+  /** certificate chains and keys (src/certs/files.ts) */
+  certs: string;
+  /** ACME account key and state */
+  acme: string;
 }
 
 export function pathsFor(dataDir: string): Paths {
@@ -31,6 +35,8 @@ export function pathsFor(dataDir: string): Paths {
     images: join(dataDir, 'images'),
     instance: (id) => join(dataDir, 'instances', id),
     volume: (id) => join(dataDir, 'volumes', `${id}.ext4`),
+    certs: join(dataDir, 'certs'),
+    acme: join(dataDir, 'acme'),
   };
 }
 

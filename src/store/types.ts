@@ -154,6 +154,10 @@ export interface CertificateRec {
   not_before: string | null;
   not_after: string | null;
   message: string | null;
+  /** `acme`: requested and renewed by the daemon; `upload`: given by the user, never renewed */
+  source: 'acme' | 'upload';
+  /** DNS names the current certificate covers (empty until one is issued) */
+  names: string[];
 }
 
 export interface StepRec {
@@ -293,7 +297,10 @@ export interface Tx {
     getAny(id: string): Promise<VolumeRec | undefined>;
     all(): Promise<VolumeRec[]>;
   };
-  certificates: UserTable<CertificateRec>;
+  certificates: UserTable<CertificateRec> & {
+    /** every certificate of every user (issuance, gateway, domain claims) */
+    all(): Promise<CertificateRec[]>;
+  };
   autoscale: {
     get(groupId: string): Promise<AutoscaleRec | undefined>;
     forMaster(instanceId: string): Promise<AutoscaleRec | undefined>;

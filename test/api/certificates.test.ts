@@ -77,6 +77,8 @@ describe('certificates', () => {
         not_before: '2025-01-01T00:00:00.000Z',
         not_after: '2099-01-01T00:00:00.000Z',
         message: null,
+        source: 'upload',
+        names: [],
       }),
     );
     const a = await groupFor(alice, 'a.wild.test.');

@@ -63,10 +63,13 @@ export async function startHarness(
     ...(over as Partial<Config>),
     listen: '127.0.0.1:0',
     dataDir,
-    machines: { ...DEFAULTS.machines, ...over.machines },
+    // tests leave the host's KSM setting alone unless they ask
+    machines: { ...DEFAULTS.machines, ksm: false, ...over.machines },
     network: { ...DEFAULTS.network, ...over.network },
     // A fixed budget: results must not depend on the RAM of the machine running the tests.
     capacity: { ...DEFAULTS.capacity, memoryMb: 1_000_000, ...over.capacity },
+    // never Let's Encrypt from a test: a test that wants ACME names its own directory
+    acme: { ...DEFAULTS.acme, enabled: false, ...over.acme },
     defaultQuotas: {
       hard: { ...DEFAULTS.defaultQuotas.hard, ...over.defaultQuotas?.hard },
       limits: { ...DEFAULTS.defaultQuotas.limits, ...over.defaultQuotas?.limits },

@@ -5,7 +5,7 @@
  * no traffic leaves it. Inside, `UH_TEST_NETNS` names the namespace.
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
@@ -19,41 +19,58 @@ export const canRunNetns = (): boolean =>
 /** Whether this process is the inner run. */
 export const insideTestNetns = (): boolean => process.env.UH_TEST_NETNS !== undefined;
 
+/**
+ * Runs `fileUrl` (a TypeScript file) with `args` inside a fresh namespace
+ * `<prefix>-<random>`, with `env` added and `UH_TEST_NETNS` naming it, and
+ * deletes the namespace (and whatever still runs in it) afterwards.
+ */
+export function runFileInNewNetns(
+  fileUrl: string,
+  o: { prefix: string; args?: string[]; env?: NodeJS.ProcessEnv; stdio?: 'inherit' | 'pipe'; node?: string[] },
+): SpawnSyncReturns<string> {
+  const ns = `${o.prefix}-${randomBytes(4).toString('hex')}`;
+  execFileSync('ip', ['netns', 'add', ns]);
+  try {
+    execFileSync('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
+    return spawnSync(
+      'ip',
+      [
+        'netns',
+        'exec',
+        ns,
+        process.execPath,
+        '--import',
+        'tsx',
+        ...(o.node ?? []),
+        fileURLToPath(fileUrl),
+        ...(o.args ?? []),
+      ],
+      {
+        env: { ...process.env, ...o.env, UH_TEST_NETNS: ns },
+        encoding: 'utf8',
+        stdio: o.stdio ?? 'pipe',
+        timeout: 600_000,
+      },
+    );
+  } finally {
+    // Whatever the inner run left in the namespace goes with it.
+    const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean);
+    for (const p of pids) spawnSync('kill', ['-9', p]);
+    execFileSync('ip', ['netns', 'del', ns]);
+  }
+}
+
 /** The outer run: one test that runs `fileUrl` inside a fresh namespace and fails with its output. */
 export function runInTestNetns(fileUrl: string, title: string, skip: string | false = false): void {
   test(title, { skip }, () => {
-    const ns = `uhtest-${randomBytes(4).toString('hex')}`;
-    execFileSync('ip', ['netns', 'add', ns]);
-    try {
-      execFileSync('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
-      const r = spawnSync(
-        'ip',
-        [
-          'netns',
-          'exec',
-          ns,
-          process.execPath,
-          '--import',
-          'tsx',
-          '--test',
-          '--test-reporter=spec',
-          fileURLToPath(fileUrl),
-        ],
-        // NODE_TEST_CONTEXT would make the inner runner talk the parent runner's protocol instead of printing.
-        {
-          env: { ...process.env, NODE_TEST_CONTEXT: undefined, UH_TEST_NETNS: ns },
-          encoding: 'utf8',
-          timeout: 600_000,
-        },
-      );
-      const out = `${r.stdout}\n${r.stderr}`;
-      assert.equal(r.status, 0, `inner run failed:\n${out.slice(-6000)}`);
-      assert.match(r.stdout, /ℹ fail 0/);
-    } finally {
-      // Whatever the inner run left in the namespace goes with it.
-      const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean);
-      for (const p of pids) spawnSync('kill', ['-9', p]);
-      execFileSync('ip', ['netns', 'del', ns]);
-    }
+    const r = runFileInNewNetns(fileUrl, {
+      prefix: 'uhtest',
+      node: ['--test', '--test-reporter=spec'],
+      // NODE_TEST_CONTEXT would make the inner runner talk the parent runner's protocol instead of printing.
+      env: { NODE_TEST_CONTEXT: undefined },
+    });
+    const out = `${r.stdout}\n${r.stderr}`;
+    assert.equal(r.status, 0, `inner run failed:\n${out.slice(-6000)}`);
+    assert.match(r.stdout, /ℹ fail 0/);
   });
 }

@@ -2,9 +2,11 @@
  * Helpers of the real-QEMU tests: where the built test images are, and the
  * leak check that fails a suite which leaves a VM behind.
  */
+import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Harness } from './harness.js';
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -89,4 +91,19 @@ export const alive = (pid: number): boolean => {
 export function unikraftDir(): string | undefined {
   const dir = process.env.UNIHOST_UNIKRAFT_DIR ?? join(ROOT, '..', 'shared', 'unikraft');
   return existsSync(join(dir, 'c-http_qemu-x86_64')) ? dir : undefined;
+}
+
+/**
+ * The end of a VM suite: deletes every instance of `tokens`' users, waits for
+ * their VMs to go, closes the daemon and fails when a QEMU was left behind.
+ */
+export async function closeVmHarness(h: Harness, tokens: string[]): Promise<void> {
+  for (const t of tokens) {
+    const list = await h.call('GET', '/v1/instances/list', t);
+    for (const i of list.body?.data?.instances ?? []) await h.call('DELETE', `/v1/instances/${i.uuid}`, t);
+  }
+  await poll('VMs gone', () => killLeaks([h.dataDir]).length === 0, 20_000).catch(() => undefined);
+  const dataDir = h.dataDir;
+  await h.close();
+  assert.deepEqual(killLeaks([dataDir]), [], 'QEMU processes left behind');
 }

@@ -22,7 +22,7 @@ import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
-import { guestOut, killLeaks, poll } from '../helpers/vm.js';
+import { closeVmHarness, guestOut, poll } from '../helpers/vm.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -56,15 +56,7 @@ if (!insideTestNetns()) {
     });
 
     after(async () => {
-      if (!h) return;
-      for (const t of [alice, bob]) {
-        const list = await h.call('GET', '/v1/instances/list', t);
-        for (const i of list.body?.data?.instances ?? []) await h.call('DELETE', `/v1/instances/${i.uuid}`, t);
-      }
-      await poll('VMs gone', () => killLeaks([h.dataDir]).length === 0, 20_000).catch(() => undefined);
-      const dataDir = h.dataDir;
-      await h.close();
-      assert.deepEqual(killLeaks([dataDir]), [], 'QEMU processes left behind');
+      if (h) await closeVmHarness(h, [alice, bob]);
     });
 
     const log = async (token: string, name: string): Promise<string> => {

@@ -24,7 +24,7 @@ import { chooseBoot } from '../../src/machines/qemu/choose.js';
 import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
-import { killLeaks, poll, unikraftDir } from '../helpers/vm.js';
+import { closeVmHarness, poll, unikraftDir } from '../helpers/vm.js';
 
 const UK = unikraftDir();
 
@@ -82,13 +82,7 @@ if (!insideTestNetns()) {
     });
 
     after(async () => {
-      if (!h) return;
-      const list = await h.call('GET', '/v1/instances/list', t);
-      for (const i of list.body?.data?.instances ?? []) await h.call('DELETE', `/v1/instances/${i.uuid}`, t);
-      await poll('VMs gone', () => killLeaks([h.dataDir]).length === 0, 20_000).catch(() => undefined);
-      const dataDir = h.dataDir;
-      await h.close();
-      assert.deepEqual(killLeaks([dataDir]), [], 'QEMU processes left behind');
+      if (h) await closeVmHarness(h, [t]);
     });
 
     test('helloworld: halts with reason OK; the console starts with the kernel, not firmware', async () => {

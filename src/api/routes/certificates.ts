@@ -1,11 +1,51 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint } from '../endpoint.js';
-import { Opt, Str, Uuid } from '../schemas/common.js';
+import { Name, Opt, Str, Uuid } from '../schemas/common.js';
 
 const C = 'certificates';
 const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
 
+const Pem = (what: string, max: number) => Str(what, { minLength: 1, maxLength: max });
+
 export const certificateEndpoints = [
+  endpoint({
+    method: 'POST',
+    path: '/v1/certificates',
+    plural: C,
+    summary: 'Upload certificates (chain and key are checked; the key is never returned).',
+    target: 'none',
+    batch: true,
+    params: Type.Object(
+      {
+        name: Opt(Name()),
+        cn: Opt(Str('Domain the certificate is for (its names must cover it); alias common_name.')),
+        common_name: Opt(Str('Same as cn.')),
+        chain: Pem('PEM certificates, leaf first, then intermediates.', 65536),
+        pkey: Pem('PEM private key of the leaf (unencrypted); stored in a 0600 file, never returned.', 16384),
+      },
+      { additionalProperties: false },
+    ),
+    handle: async (ctx, e) => {
+      const c = await ctx.services.certificates.create(ctx.user, e.params);
+      ctx.log.info({ certificate: c.uuid, common_name: c.common_name }, 'certificate uploaded');
+      return c;
+    },
+    response: Type.Object(
+      {
+        status: Str(),
+        uuid: Uuid(),
+        name: Str(),
+        common_name: Str(),
+        state: Str(),
+        subject: Str(),
+        issuer: Str(),
+        serial_number: Str(),
+        not_before: Str(),
+        not_after: Str(),
+      },
+      { additionalProperties: true },
+    ),
+  }),
   endpoint({
     method: 'GET',
     path: '/v1/certificates',

@@ -46,7 +46,7 @@ const SPECS = {
   groups: { table: 'service_groups', key: 'id', kind: 'group', json: ['services'], bool: ['persistent'] },
   domains: { table: 'domains', key: 'fqdn', kind: 'group', json: [], bool: [] },
   volumes: { table: 'volumes', key: 'id', kind: 'volume', json: [], bool: ['persistent', 'readonly'] },
-  certificates: { table: 'certificates', key: 'id', kind: 'certificate', json: [], bool: [] },
+  certificates: { table: 'certificates', key: 'id', kind: 'certificate', json: ['names'], bool: [] },
   autoscale: { table: 'autoscale', key: 'group_id', kind: 'autoscale', json: ['policies'], bool: ['enabled'] },
   images: { table: 'images', key: 'digest', kind: 'image', json: [], bool: ['initrd'] },
   tags: { table: 'tags', key: 'ref', kind: 'image', json: [], bool: [] },
@@ -347,7 +347,10 @@ function makeTx(db: Database.Database, pending: { changes: Change[] | null }, ca
       all: async () => many(S.volumes, 'SELECT * FROM volumes ORDER BY rowid'),
       getAny: async (id) => one(S.volumes, 'SELECT * FROM volumes WHERE id=?', id),
     },
-    certificates: userTable(S.certificates),
+    certificates: {
+      ...userTable(S.certificates),
+      all: async () => many(S.certificates, 'SELECT * FROM certificates ORDER BY rowid'),
+    },
     autoscale: {
       get: async (groupId) => one<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE group_id=?', groupId),
       forMaster: async (id) => one<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE master_id=?', id),

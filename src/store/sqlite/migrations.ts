@@ -172,4 +172,8 @@ export const MIGRATIONS: string[] = [
     VALUES (OLD.user_id, OLD.id, OLD.name, OLD.service_group_id, 'deleted', OLD.state);
   END;
   `,
+  /* 3: certificates: where they come from and every name they cover (the key is a file, see src/certs/files.ts) */ `
+  ALTER TABLE certificates ADD COLUMN source TEXT NOT NULL DEFAULT 'acme';
+  ALTER TABLE certificates ADD COLUMN names TEXT NOT NULL DEFAULT '[]';
+  `,
 ];

@@ -1,0 +1,18 @@
+import type { KeyPair } from '../gateway/types.js';
+
+/**
+ * What the certificate logic needs from a data plane, and nothing more, so
+ * that the Node gateway today and an HAProxy data plane later (issue 10) can
+ * both serve it:
+ *
+ * * `setCertificates`: serve exactly these pairs for these custom names from
+ *   the next handshake on (the whole set each time; open connections keep
+ *   theirs; a custom name left out has no certificate and is refused). Returns
+ *   the names whose pair could not be loaded.
+ * * HTTP-01: the data plane answers `GET /.well-known/acme-challenge/<token>`
+ *   on port 80 for any host, before any routing or redirect, with what
+ *   `ChallengeAnswers.answer(host, token)` gives (src/certs/challenges.ts).
+ */
+export interface CertificateDataPlane {
+  setCertificates(certs: { names: string[]; pair: KeyPair }[]): string[];
+}

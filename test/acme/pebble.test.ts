@@ -1,0 +1,231 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- API replies are JSON; the assertions check their shape. */
+/**
+ * ACME against Debian's `pebble`, all inside a network namespace this file
+ * creates (test/helpers/netns.ts): pebble on 127.0.0.1:14000 with its VA
+ * asking a tiny DNS server of this test, which answers the test domains with
+ * the gateway's address (127.0.0.1, port 80 for HTTP-01) or, for the domain
+ * meant to fail, with an address nothing listens on.
+ */
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import dgram from 'node:dgram';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import tls from 'node:tls';
+import * as packet from 'dns-packet';
+import pino from 'pino';
+import { CertificateController } from '../../src/reconcile/certificates.js';
+import { GatewayController } from '../../src/reconcile/gateway.js';
+import { testCa, testLeaf } from '../helpers/certs.js';
+import { startHarness, type Harness } from '../helpers/harness.js';
+import { insideTestNetns, runInTestNetns } from '../helpers/netns.js';
+import { replyAsserts } from '../helpers/replies.js';
+import { simMachines } from '../helpers/sim-machines.js';
+
+const has = (cmd: string): boolean => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
+const { ok } = replyAsserts('certificates');
+
+if (!insideTestNetns()) {
+  runInTestNetns(
+    import.meta.url,
+    'ACME with pebble (in a network namespace)',
+    process.getuid?.() !== 0 || !has('ip') || !has('pebble')
+      ? 'needs root, ip and pebble (apt-get install pebble)'
+      : false,
+  );
+} else {
+  let h: Harness;
+  let gw: GatewayController;
+  let certs: CertificateController;
+  let pebble: ChildProcess;
+  let dns: dgram.Socket;
+  let work: string;
+  let pebbleRoot = '';
+  let testCaPem = '';
+  let alice: string;
+
+  /** HTTPS GET from pebble's management port (trusting the test CA that signed pebble's own certificate). */
+  const fetchText = (url: string): Promise<string> =>
+    new Promise((resolve, reject) => {
+      https
+        .get(url, { ca: testCaPem }, (res) => {
+          let t = '';
+          res.on('data', (d: Buffer) => (t += d.toString()));
+          res.on('end', () => resolve(t));
+        })
+        .on('error', reject);
+    });
+
+  function handshake(servername: string): Promise<tls.TLSSocket> {
+    return new Promise((resolve, reject) => {
+      const s = tls.connect({ host: '127.0.0.1', port: 443, servername, ca: pebbleRoot }, () => resolve(s));
+      s.once('error', reject);
+    });
+  }
+
+  const cert = async (uuid: string) => ok(await h.call('GET', '/v1/certificates', alice, { uuid }))[0];
+
+  before(async () => {
+    work = mkdtempSync(join(tmpdir(), 'uh-pebble-'));
+    const ca = await testCa('CN=pebble listener test CA');
+    testCaPem = ca.pem;
+    const leaf = await testLeaf(ca, ['localhost']);
+    writeFileSync(join(work, 'ca.pem'), ca.pem);
+    writeFileSync(join(work, 'cert.pem'), leaf.cert);
+    writeFileSync(join(work, 'key.pem'), leaf.key);
+    writeFileSync(
+      join(work, 'pebble.json'),
+      JSON.stringify({
+        pebble: {
+          listenAddress: '127.0.0.1:14000',
+          managementListenAddress: '127.0.0.1:15000',
+          certificate: join(work, 'cert.pem'),
+          privateKey: join(work, 'key.pem'),
+          httpPort: 80,
+          tlsPort: 5001,
+          ocspResponderURL: '',
+          externalAccountBindingRequired: false,
+        },
+      }),
+    );
+    // The VA's resolver: test domains are the gateway (127.0.0.1), `fail.` ones an address nothing serves.
+    dns = dgram.createSocket('udp4');
+    dns.on('message', (msg, rinfo) => {
+      const q = packet.decode(msg);
+      const name = q.questions?.[0]?.name ?? '';
+      const type = q.questions?.[0]?.type;
+      const answers: packet.Answer[] =
+        type === 'A' && name.endsWith('example.test')
+          ? [{ type: 'A', name, ttl: 1, data: name.startsWith('fail.') ? '127.0.0.9' : '127.0.0.1' }]
+          : [];
+      const out = packet.encode({
+        id: q.id,
+        type: 'response',
+        flags: packet.AUTHORITATIVE_ANSWER,
+        questions: q.questions,
+        answers,
+      });
+      dns.send(out, rinfo.port, rinfo.address);
+    });
+    await new Promise<void>((r) => dns.bind(5353, '127.0.0.1', r));
+    pebble = spawn('pebble', ['-config', join(work, 'pebble.json'), '-dnsserver', '127.0.0.1:5353'], {
+      env: { ...process.env, PEBBLE_VA_NOSLEEP: '1', PEBBLE_WFE_NONCEREJECT: '0' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let plog = '';
+    await new Promise<void>((resolve, reject) => {
+      const onOut = (d: Buffer) => {
+        plog += d.toString();
+        if (plog.includes('ACME directory available')) resolve();
+      };
+      pebble.stdout!.on('data', onOut);
+      pebble.stderr!.on('data', onOut);
+      pebble.once('exit', (c) => reject(new Error(`pebble exited ${c}: ${plog}`)));
+    });
+    h = await startHarness(
+      {
+        gateway: { enabled: true, listen: '127.0.0.1', portOffset: 0 },
+        acme: {
+          enabled: true,
+          directory: 'https://localhost:14000/dir',
+          directoryCa: join(work, 'ca.pem'),
+          maxAttempts: 2,
+          retryBaseMs: 20,
+          retryMaxMs: 100,
+        },
+      },
+      (s) => {
+        gw = new GatewayController(s, pino({ level: 'silent' }));
+        certs = new CertificateController(s, pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }));
+        return [simMachines(s), gw, certs];
+      },
+    );
+    alice = await h.user('alice');
+    pebbleRoot = await fetchText('https://localhost:15000/roots/0');
+    assert.match(pebbleRoot, /BEGIN CERTIFICATE/);
+  });
+
+  after(async () => {
+    await h?.close();
+    pebble?.kill();
+    dns?.close();
+    rmSync(work, { recursive: true, force: true });
+  });
+
+  const group = async (fqdn: string) =>
+    ok(
+      await h.call('POST', '/v1/services', alice, {
+        services: [{ port: 443, handlers: ['http', 'tls'] }],
+        domains: [{ name: fqdn }],
+      }),
+      'service_groups',
+    )[0];
+
+  describe('ACME with pebble', () => {
+    let appCert: any;
+    let appGroup: any;
+    test('a custom domain gets a certificate from the authority and is served by SNI', async () => {
+      const g = await group('app.example.test.');
+      appGroup = g;
+      appCert = g.domains[0].certificate;
+      assert.equal(appCert.state, 'pending');
+      const c = await h.until(async () => {
+        const x = await cert(appCert.uuid);
+        return x.state === 'valid' ? x : undefined;
+      }, 60_000);
+      assert.match(c.issuer, /Pebble/);
+      assert.match(c.subject, /app\.example\.test|^$/);
+      assert.ok(Date.parse(c.not_after) > Date.now());
+      await gw.settled();
+      const s = await handshake('app.example.test');
+      assert.equal(s.authorized, true);
+      assert.equal(s.getPeerX509Certificate()!.serialNumber.toLowerCase(), c.serial_number);
+      s.destroy();
+    });
+
+    test('renewal when a third of the lifetime is left: new certificate, open connection kept', async () => {
+      const old = await cert(appCert.uuid);
+      const open = await handshake('app.example.test');
+      // Make the record say its life is nearly over (the controller renews by the record's dates).
+      await h.daemon.store.tx((tx) =>
+        tx.certificates.update(appCert.uuid, {
+          not_before: new Date(Date.now() - 90 * 86_400_000).toISOString(),
+          not_after: new Date(Date.now() + 86_400_000).toISOString(),
+        }),
+      );
+      const c = await h.until(async () => {
+        const x = await cert(appCert.uuid);
+        return x.state === 'valid' && x.serial_number !== old.serial_number ? x : undefined;
+      }, 60_000);
+      await gw.settled();
+      const s = await handshake('app.example.test');
+      assert.equal(s.getPeerX509Certificate()!.serialNumber.toLowerCase(), c.serial_number);
+      assert.equal(open.destroyed, false);
+      assert.equal(open.getPeerX509Certificate()!.serialNumber.toLowerCase(), old.serial_number);
+      open.destroy();
+      s.destroy();
+    });
+
+    test('a failing challenge ends in error with the authority message after the attempts', async () => {
+      const g = await group('fail.example.test.');
+      const id = g.domains[0].certificate.uuid;
+      const c = await h.until(async () => {
+        const x = await h.call('GET', '/v1/certificates', alice, { uuid: id });
+        return x.body.data.certificates[0].state === 'error' ? x.body.data.certificates[0] : undefined;
+      }, 60_000);
+      assert.match(c.message, /attempt 2: /);
+      assert.match(c.message, /127\.0\.0\.9|connection refused|Connection refused|unauthorized|Fetching/i);
+      await assert.rejects(handshake('fail.example.test'), /handshake failure/);
+    });
+
+    test('a second group for a covered name reuses the valid certificate', async () => {
+      ok(await h.call('DELETE', '/v1/services', alice, { uuid: appGroup.uuid }), 'service_groups');
+      const g2 = await group('app.example.test.');
+      assert.equal(g2.domains[0].certificate.uuid, appCert.uuid);
+      assert.equal(g2.domains[0].certificate.state, 'valid');
+    });
+  });
+}
