@@ -177,6 +177,9 @@ function bodyOf(def: EndpointDef): fc.Arbitrary<{ body?: unknown; raw?: string }
 }
 
 function requestOf(def: EndpointDef): fc.Arbitrary<Sent> {
+  // A wait without timeout waits as long as possible (api-v1.md): bound it in the query, which every entry takes.
+  const waits = def.method === 'GET' && 'timeout_ms' in compile(def).queryProps;
+  const withTimeout = (q: string) => (!waits || q.includes('timeout') ? q : `${q}${q ? '&' : '?'}timeout_ms=20`);
   const urls = [def.path, def.localPath].filter((u): u is string => u !== undefined);
   const wrongMethod = fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH');
   return fc
@@ -193,7 +196,7 @@ function requestOf(def: EndpointDef): fc.Arbitrary<Sent> {
     .map((r) => ({
       endpoint: `${def.method} ${def.path}`,
       method: r.method,
-      path: r.url.replace(':uuid', r.uuid).replace(':policy', r.policy) + r.query,
+      path: r.url.replace(':uuid', r.uuid).replace(':policy', r.policy) + withTimeout(r.query),
       body: r.body.raw ?? (r.body.body === undefined ? undefined : (JSON.stringify(r.body.body) ?? 'null')),
       contentType: r.contentType,
       auth: r.auth,
@@ -209,6 +212,23 @@ function authHeader(a: Sent['auth']): string | null {
   return a.header;
 }
 
+/** Every request must be answered: generated timeouts are short, so a request still open after 10 s hangs. */
+async function answered<T>(p: Promise<T>, req: Sent): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(new Error(`no answer within 10 s: ${req.method} ${req.path.slice(0, 300)} ${req.body?.slice(0, 500)}`)),
+      10_000,
+    );
+  });
+  try {
+    return await Promise.race([p, hung]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 test(`fuzz: ${RUNS} requests across every endpoint (seed ${SEED})`, { timeout: 3_600_000 }, async () => {
   const failures = new Map<string, string>();
   const counts = { total: 0, accepted: 0, rejected: 0, byStatus: {} as Record<number, number> };
@@ -221,7 +241,7 @@ test(`fuzz: ${RUNS} requests across every endpoint (seed ${SEED})`, { timeout: 3
       if (req.contentType !== undefined) headers['content-type'] = req.contentType;
       const header = authHeader(req.auth);
       if (header !== null) headers.authorization = header;
-      const reply = await h.call(req.method, req.path, null, req.body, headers);
+      const reply = await answered(h.call(req.method, req.path, null, req.body, headers), req);
       counts.total++;
       counts.byStatus[reply.status] = (counts.byStatus[reply.status] ?? 0) + 1;
       const problems = checkReply(req, reply);
