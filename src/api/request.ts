@@ -46,6 +46,9 @@ export function compile(def: EndpointDef): Compiled {
   return { def, entrySchema, check: TypeCompiler.Compile(entrySchema), queryProps, query };
 }
 
+/** Quotes a client-chosen key so the message stays readable whatever it holds (quotes, spaces, control characters). */
+const quoteKey = (k: string): string => (/^[\x21-\x26\x28-\x7e]+$/.test(k) ? `'${k}'` : JSON.stringify(k));
+
 function describe(path: string, schema: TSchema, value: unknown, message: string): string {
   const where = path === '' ? 'body' : `parameter '${path.slice(1).replace(/\//g, '.')}'`;
   if (schema.format === NAME_FORMAT || schema.format === POLICY_NAME_FORMAT) {
@@ -59,7 +62,13 @@ function describe(path: string, schema: TSchema, value: unknown, message: string
     const custom = (schema as { errorMessage?: string }).errorMessage;
     return `parameter '${path.slice(1, at).replace(/\//g, '.')}': key '${path.slice(at + 1)}' is not allowed${custom ? `: ${custom}` : ''}`;
   }
-  if (message === 'Unexpected property') return `unknown parameter '${path.slice(1).replace(/\//g, '.')}'`;
+  if (message === 'Unexpected property') {
+    const at = path.lastIndexOf('/');
+    const parent = path.slice(1, at).replace(/\//g, '.');
+    const key = path.slice(at + 1);
+    if (key === '') return parent ? `parameter '${parent}': a key is empty` : 'body: a parameter has an empty name';
+    return `unknown parameter ${quoteKey(parent ? `${parent}.${key}` : key)}`;
+  }
   const custom = (schema as { errorMessage?: string }).errorMessage;
   return `${where}: ${custom ?? message.charAt(0).toLowerCase() + message.slice(1)}`;
 }

@@ -1,6 +1,7 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { FastifyBaseLogger as Logger } from 'fastify';
-import { isUnihostError, err, type UnihostError } from '../errors.js';
+import { STATUS_CODES } from 'node:http';
+import { ERROR_CODES, isUnihostError, err, type UnihostError } from '../errors.js';
 import type { Services } from '../services/index.js';
 import type { UserRec } from '../store/types.js';
 import { RawArray, type Ctx, type EndpointDef, type Entry, type Result } from './endpoint.js';
@@ -43,6 +44,43 @@ function sendError(req: FastifyRequest, reply: FastifyReply, e: UnihostError): F
     op_time_us: opTime(req),
   });
 }
+
+/** The spec's envelope as raw HTTP, for errors Node's parser raises before Fastify sees a request. */
+function clientError(e: Error & { code?: string }, socket: import('node:stream').Duplex): void {
+  if (e.code === 'ECONNRESET' || socket.destroyed) return;
+  const [http, message] =
+    e.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'request line and headers are too large (at most 16 KiB together): shorten the query string']
+      : e.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'request timed out: the client sent it too slowly']
+        : [400, `malformed HTTP request (${e.code ?? 'parse error'})`];
+  const api = http === 400 ? ERROR_CODES.UH_MALFORMED.api : ERROR_CODES.UH_TOO_LARGE.api;
+  const body = JSON.stringify({
+    status: 'error',
+    message,
+    errors: [{ status: http, message, error: api }],
+    op_time_us: 0,
+  });
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${http} ${STATUS_CODES[http]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(e);
+}
+
+/** Errors Fastify's router raises before any hook runs (a path it cannot decode, a segment too long). */
+function frameworkError(e: Error & { code?: string }, req: FastifyRequest, reply: FastifyReply): FastifyReply {
+  req.t0 = process.hrtime.bigint();
+  const path = req.url.split('?')[0]!;
+  const shown = path.length > 80 ? `${path.slice(0, 80)}…` : path;
+  const message =
+    e.code === 'FST_ERR_MAX_PARAM_LENGTH'
+      ? `path '${shown}': a segment is longer than ${MAX_PARAM_LENGTH} characters (a UUID has 36)`
+      : `path '${shown}' is not a valid URL (bad percent-encoding)`;
+  return sendError(req, reply, err('UH_INVALID', message));
+}
+const MAX_PARAM_LENGTH = 100;
 
 function noEndpoint(req: FastifyRequest, reply: FastifyReply): FastifyReply {
   return reply.code(404).send({
@@ -203,7 +241,9 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     // No child logger per request: requests are not logged, and a child costs more than the rest of a GET.
     childLoggerFactory: (logger) => logger,
     return503OnClosing: true,
-    routerOptions: { ignoreTrailingSlash: true },
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
+    frameworkErrors: frameworkError,
+    clientErrorHandler: clientError,
     genReqId: requestId,
   });
 
@@ -244,6 +284,10 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     if (isUnihostError(e)) return sendError(req, reply, e);
     if (e.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
       return sendError(req, reply, err('UH_TOO_LARGE', 'request body is too large'));
+    }
+    if (e.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+      const ct = String(req.headers['content-type']).slice(0, 80);
+      return sendError(req, reply, err('UH_INVALID', `header 'content-type': '${ct}' is not a media type; send JSON`));
     }
     if (e.statusCode && e.statusCode >= 400 && e.statusCode < 500) {
       return sendError(req, reply, err('UH_INVALID', e.message));

@@ -9,7 +9,10 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { startHarness, type Harness, type Reply } from '../helpers/harness.js';
 import { simMachines } from '../helpers/sim-machines.js';
+import fc from 'fast-check';
 import { ENDPOINTS } from '../../src/api/routes/index.js';
+import type { EndpointDef } from '../../src/api/endpoint.js';
+import { shortTimeouts, valid, type Known } from '../helpers/fuzz-arbitraries.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 let h: Harness;
@@ -21,7 +24,6 @@ let aUser: string;
 const MISSING_UUID = randomUUID();
 const MISSING_NAME = 'no-such-object';
 const POLICY = 'cpu-up';
-const step = { name: 'p-new', type: 'step', steps: [{ lower_bound: 100, adjustment: 1 }] };
 
 const data = (r: Reply): Any[] => Object.values(r.body.data as Record<string, Any[]>)[0]!;
 
@@ -71,6 +73,7 @@ before(async () => {
   objs.volumes = [vol, vol2];
   objs.certificates = certs;
   aUser = data(await call('GET', '/v1/users/quotas'))[0].uuid;
+  objs.users = [{ uuid: aUser, name: 'alice' }];
   // B owns objects too, so its lists are not trivially empty
   await h.call('POST', '/v1/instances', B, {
     name: 'b-inst',
@@ -81,32 +84,48 @@ before(async () => {
 });
 after(async () => h.close());
 
-/** Parameters (besides the target) that make each targeted endpoint's request valid. */
-const PARAMS: Record<string, Record<string, unknown>> = {
-  'GET /v1/services': {},
-  'DELETE /v1/services': {},
-  'POST /v1/services/autoscale': { master: { name: 'b-inst' } },
-  'GET /v1/services/autoscale': {},
-  'DELETE /v1/services/autoscale': {},
-  'POST /v1/services/:uuid/autoscale/policies': step,
-  'GET /v1/services/:uuid/autoscale/policies': {},
-  'GET /v1/services/:uuid/autoscale/policies/:policy': {},
-  'DELETE /v1/services/:uuid/autoscale/policies': { name: POLICY },
-  'DELETE /v1/services/:uuid/autoscale/policies/:policy': {},
-  'GET /v1/instances': {},
-  'DELETE /v1/instances': {},
-  'PUT /v1/instances/start': {},
-  'PUT /v1/instances/stop': { force: true },
-  'GET /v1/instances/wait': { state: 'stopped', timeout_ms: 100 },
-  'GET /v1/instances/log': {},
-  'GET /v1/instances/metrics': {},
-  'GET /v1/volumes': {},
-  'DELETE /v1/volumes': {},
-  'PUT /v1/volumes/attach': { attach_to: { name: 'b-inst' }, at: '/x' },
-  'PUT /v1/volumes/detach': {},
-  'GET /v1/certificates': {},
-  'DELETE /v1/certificates': {},
-};
+/** B's own objects and usual values: generated parameters refer to these. */
+async function bKnown(): Promise<Known> {
+  const mine = [
+    ...data(await h.call('GET', '/v1/instances/list', B)),
+    ...data(await h.call('GET', '/v1/services/list', B)),
+    ...data(await h.call('GET', '/v1/volumes/list', B)),
+  ];
+  return {
+    uuids: mine.map((o) => o.uuid),
+    names: mine.map((o) => o.name),
+    strings: ['/x', 'nginx:latest', 'stopped', 'step', 'cpu', 'change'],
+  };
+}
+
+/**
+ * Parameters (besides the target) that make each endpoint's request valid,
+ * generated from its schema: the first candidate (none, then fast-check
+ * samples drawn with B's own objects as references) whose request for a
+ * missing object fails on that object's lookup, so the matrix below compares
+ * lookups, not parameter checks.
+ */
+async function paramsFor(def: EndpointDef, known: Known): Promise<Record<string, unknown>> {
+  const samples = fc.sample(valid(def.params, known), { numRuns: 3000, seed: 14 }).map(shortTimeouts);
+  const local = def.localPath ?? def.path;
+  const url = local.includes(':uuid') ? local.replace(':uuid', MISSING_UUID).replace(':policy', POLICY) : def.path;
+  for (const params of [{}, ...samples] as Record<string, unknown>[]) {
+    if (def.path.includes(':policy') && 'policy' in params) continue;
+    const body = url === def.path && def.target === 'required' ? { uuid: MISSING_UUID, ...params } : params;
+    const r = await h.call(def.method, url, B, body);
+    if (notFound(r) && r.text.includes(MISSING_UUID)) {
+      if (process.env.UNIHOST_ISO_DEBUG) console.log(def.method, def.path, JSON.stringify(params));
+      return params;
+    }
+  }
+  return assert.fail(`${def.method} ${def.path}: no generated parameters reach the target's lookup`);
+}
+
+/** The answer for a missing object: 404, or per-entry NotFound (8) in a 200. */
+function notFound(r: Reply): boolean {
+  if (r.status === 404) return r.body?.errors?.[0]?.error === 8;
+  return r.status === 200 && r.body?.status === 'error' && data(r).every((e) => e.status === 'error' && e.error === 8);
+}
 
 /** The shape of an answer with the addressed identifier blanked out. */
 function shape(r: Reply, ids: string[]): unknown {
@@ -139,6 +158,17 @@ async function same(
   const x = await mine();
   const y = await missing();
   assert.deepEqual(shape(x, ids), shape(y, ids), `${label}\n A's: ${x.text}\n missing: ${y.text}`);
+  assert.ok(notFound(y), `${label}: a missing object must answer NotFound: ${y.text}`);
+  // nothing of A's objects but the identifier B gave may appear (in JSON or in a message)
+  for (const secret of Object.values(objs)
+    .flat()
+    .flatMap((o) => [o.uuid, o.name])) {
+    if (ids.includes(secret)) continue;
+    assert.ok(
+      !x.text.includes(`"${secret}"`) && !x.text.includes(`'${secret}'`),
+      `${label} leaks ${secret}: ${x.text}`,
+    );
+  }
   if (x.status === 200) {
     const entries = data(x);
     assert.ok(entries.length > 0 && entries.every((e) => e.status === 'error' && e.error === 8), `${label}: ${x.text}`);
@@ -171,15 +201,16 @@ describe('B addressing A objects', () => {
     before = await snapshot();
   });
 
-  test('every targeted endpoint answers as for a missing object', async () => {
-    // a target in the body (uuid/name) or a group in the path (autoscale policies)
-    const targeted = ENDPOINTS.filter((d) => d.target === 'required' || d.path.includes(':uuid'));
+  test('every targeted endpoint x scope answers as for a missing object', async () => {
+    // a target in the body (uuid/name) or an object in the path (autoscale policies, quotas)
+    const targeted = ENDPOINTS.filter((d) => d.target === 'required' || `${d.path}${d.localPath}`.includes(':uuid'));
     assert.ok(targeted.length >= 20);
+    const known = await bKnown();
     let checks = 0;
-    for (const def of targeted) {
+    for (const d of targeted) {
+      const def = d as EndpointDef;
       const key = `${def.method} ${def.path}`;
-      const params = PARAMS[key];
-      assert.ok(params, `no isolation case for ${key}: add one to PARAMS`);
+      const params = await paramsFor(def, known);
       const category = def.path.split('/')[2]!;
       for (const o of objs[category] ?? assert.fail(`no objects for ${category}`)) {
         const ids = [o.uuid, o.name, MISSING_UUID, MISSING_NAME];
@@ -197,6 +228,7 @@ describe('B addressing A objects', () => {
             checks++;
             continue;
           }
+          if (def.target !== 'required') continue;
           await same(
             `${key} uuid`,
             () => send(url, { uuid: o.uuid, ...params }),
@@ -209,6 +241,24 @@ describe('B addressing A objects', () => {
             () => send(url, { name: MISSING_NAME, ...params }),
             ids,
           );
+          checks += 2;
+          if (def.batch) {
+            await same(
+              `${key} batch`,
+              () =>
+                send(url, [
+                  { uuid: o.uuid, ...params },
+                  { name: o.name, ...params },
+                ]),
+              () =>
+                send(url, [
+                  { uuid: MISSING_UUID, ...params },
+                  { name: MISSING_NAME, ...params },
+                ]),
+              ids,
+            );
+            checks++;
+          }
           if (def.method === 'GET') {
             await same(
               `${key} query`,
@@ -216,12 +266,13 @@ describe('B addressing A objects', () => {
               () => send(`${url}?uuid=${MISSING_UUID}`, params),
               ids,
             );
+            checks++;
           }
-          checks += 2;
         }
       }
     }
-    assert.ok(checks > 40, `only ${checks} checks`);
+    assert.ok(checks > 60, `only ${checks} checks`);
+    console.log(`isolation matrix: ${checks} checks over ${targeted.length} endpoints`);
   });
 
   test('references inside parameters answer as for missing objects', async () => {
