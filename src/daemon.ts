@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
-import { DaemonMetrics, gatewayCountersOf } from './metrics.js';
+import { autoscaleDecisionsOf, DaemonMetrics, gatewayCountersOf } from './metrics.js';
 import type { Config } from './config.js';
 import { restrictFileModes } from './file-modes.js';
 import { createServices, pathsFor, type Clock, type Services } from './services/index.js';
@@ -70,6 +70,7 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   const metrics = new DaemonMetrics(
     store,
     gatewayCountersOf(() => services.controllers),
+    autoscaleDecisionsOf(() => services.controllers),
   );
   await metrics.start();
   const api = buildApi({

@@ -16,6 +16,20 @@ export function gatewayCountersOf(controllers: () => unknown[] | undefined): Gat
   };
 }
 
+/** Scaling decisions per group id, or undefined when no autoscaler runs. */
+export type AutoscaleDecisions = () => Record<string, { out: number; in: number }> | undefined;
+
+/** The autoscale controller's decision counts, found among the daemon's controllers by shape. */
+export function autoscaleDecisionsOf(controllers: () => unknown[] | undefined): AutoscaleDecisions {
+  return () => {
+    for (const c of controllers() ?? []) {
+      const a = c as { decisionCounts?: () => Record<string, { out: number; in: number }> } | null;
+      if (a && typeof a.decisionCounts === 'function') return a.decisionCounts();
+    }
+    return undefined;
+  };
+}
+
 const STATES: InstanceState[] = ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby'];
 
 /**
@@ -34,8 +48,22 @@ export class DaemonMetrics {
   constructor(
     private readonly store: Store,
     gateway: GatewayCounters = () => undefined,
+    autoscale: AutoscaleDecisions = () => undefined,
   ) {
     this.gatewayMetrics(gateway);
+    const decisions = new Counter({
+      name: 'unihost_autoscale_decisions_total',
+      help: 'Autoscale scaling decisions per service group (label `group`: its UUID) and direction (out, in).',
+      labelNames: ['group', 'direction'],
+      registers: [this.registry],
+      collect: () => {
+        decisions.reset();
+        for (const [group, n] of Object.entries(autoscale() ?? {})) {
+          decisions.inc({ group, direction: 'out' }, n.out);
+          decisions.inc({ group, direction: 'in' }, n.in);
+        }
+      },
+    });
     this.requests = new Histogram({
       name: 'unihost_api_request_duration_seconds',
       help: 'API request latency by route (the path pattern), method and HTTP status.',

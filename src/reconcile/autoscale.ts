@@ -37,6 +37,8 @@ export class AutoscaleController implements Controller {
   private readonly windows = new Map<string, CpuWindow>();
   /** wall time of each group's last scaling action (cooldown) */
   private readonly lastAction = new Map<string, number>();
+  /** scaling decisions since the daemon started, per group id (Prometheus `/metrics`) */
+  private readonly decisions = new Map<string, { out: number; in: number }>();
   private timer: unknown = null;
   private running: Promise<void> | null = null;
   private stopped = false;
@@ -172,6 +174,14 @@ export class AutoscaleController implements Controller {
         this.o.log.info({ ...why, draining: out.map((i) => i.name) }, 'autoscale: scale in');
       }
       this.lastAction.set(g.id, now);
+      const n = this.decisions.get(g.id) ?? { out: 0, in: 0 };
+      n[d.target > capacity.length ? 'out' : 'in']++;
+      this.decisions.set(g.id, n);
     });
+  }
+
+  /** Scaling decisions taken since the daemon started, per service group id. May be called any time. */
+  decisionCounts(): Record<string, { out: number; in: number }> {
+    return Object.fromEntries(this.decisions);
   }
 }

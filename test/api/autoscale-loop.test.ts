@@ -136,6 +136,17 @@ test('scale out with clones of the master, cooldown between actions, clamp at ma
   for (let k = 0; k < 4; k++) await second();
   assert.equal((await clonesOf(group)).length, 0);
   assert.equal((await instances()).find((i) => i.id === m.uuid)?.state, 'running', 'the master stays');
+
+  // the decisions are counted in Prometheus /metrics: two scale-outs, two scale-ins
+  const text = (await h.call('GET', '/metrics', dev)).text;
+  const sample = (dir: string) =>
+    Number(
+      new RegExp(`^unihost_autoscale_decisions_total\\{group="${group}",direction="${dir}"\\} (\\d+)$`, 'm').exec(
+        text,
+      )?.[1],
+    );
+  assert.equal(sample('out'), 2, text);
+  assert.equal(sample('in'), 2, text);
 });
 
 test('no developer: no cpu_millicores; deleting the configuration drains the clones, keeps the master', async () => {
