@@ -58,7 +58,12 @@ User '$USER_NAME' token (also in $DATA/$USER_NAME.token):
 Images to boot: echo:latest, exit:latest, http:latest, fetch:latest, burn:latest, panic:latest
 Gateway: published services listen on 127.0.0.1 (80/443); TLS uses the metro wildcard
 certificate signed by the local CA $DATA/ca/ca.pem (trust it, or pass --cacert).
-Next, boot an instance and read its console:
+Next, boot an instance and read its console with the unihost CLI (after the exports above):
+
+  node bin/unihost.js instance create echo:latest --name hello --start -- hello world
+  node bin/unihost.js instance logs hello        # --help on every command; npm link installs 'unihost'
+
+or with curl:
 
   curl -s -X POST \$UKC_METRO/v1/instances -H "Authorization: Bearer \$UKC_TOKEN" \\
     -d '{"name":"hello","image":"echo:latest","args":["hello","world"],"autostart":true,"wait_timeout_ms":60000}'
