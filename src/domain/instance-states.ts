@@ -82,3 +82,23 @@ export function stopFields(r: { stop_reason: number | null; exit_code: number | 
   if (r.stop_code !== null) out.stop_code = r.stop_code;
   return out;
 }
+
+/** The run fields of an instance that has never run: no counters, timings or stop (create and clone). */
+export const NEVER_RUN = {
+  stop_request: null,
+  start_count: 0,
+  started_at: null,
+  stopped_at: null,
+  uptime_ms: 0,
+  boot_time_us: null,
+  stop_reason: null,
+  exit_code: null,
+  stop_code: null,
+  vmm_start_time_us: null,
+  vmm_load_time_us: null,
+  vmm_ready_time_us: null,
+  net_time_us: null,
+  restart_attempt: 0,
+  restart_next_at: null,
+  restart_count: 0,
+} as const;

@@ -1,3 +1,4 @@
+import { NEVER_RUN } from '../domain/instance-states.js';
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../api/endpoint.js';
 import { allocateIp, macFor } from '../domain/ipam.js';
@@ -193,22 +194,7 @@ export class AutoscaleService {
       features: master.features.filter((f) => f !== 'scale-to-zero'),
       state: 'starting',
       desired: 'running',
-      stop_request: null,
-      start_count: 0,
-      started_at: null,
-      stopped_at: null,
-      uptime_ms: 0,
-      boot_time_us: null,
-      stop_reason: null,
-      exit_code: null,
-      stop_code: null,
-      vmm_start_time_us: null,
-      vmm_load_time_us: null,
-      vmm_ready_time_us: null,
-      net_time_us: null,
-      restart_attempt: 0,
-      restart_next_at: null,
-      restart_count: 0,
+      ...NEVER_RUN,
       service_group_id: g.id,
       private_ip: await allocateIp(tx, this.deps.subnet),
       mac: macFor(nic),

@@ -1,3 +1,4 @@
+import { NEVER_RUN } from '../domain/instance-states.js';
 import { randomUUID } from 'node:crypto';
 import { parse as shellParse } from 'shell-quote';
 import { envValueProblem, wordProblem } from '../domain/cmdline.js';
@@ -205,22 +206,7 @@ export async function createInTx(
       restart_policy: policy,
       state: p.autostart ? 'starting' : 'stopped',
       desired: p.autostart ? 'running' : 'stopped',
-      stop_request: null,
-      start_count: 0,
-      started_at: null,
-      stopped_at: null,
-      uptime_ms: 0,
-      boot_time_us: null,
-      stop_reason: null,
-      exit_code: null,
-      stop_code: null,
-      vmm_start_time_us: null,
-      vmm_load_time_us: null,
-      vmm_ready_time_us: null,
-      net_time_us: null,
-      restart_attempt: 0,
-      restart_next_at: null,
-      restart_count: 0,
+      ...NEVER_RUN,
       service_group_id: group?.id ?? null,
       private_ip: await allocateIp(tx, deps.subnet),
       mac: macFor(nic),
