@@ -63,7 +63,7 @@ export async function startHarness(
     ...(over as Partial<Config>),
     listen: '127.0.0.1:0',
     dataDir,
-    // tests leave the host's KSM setting alone unless they ask
+    // harness daemons leave the host's KSM setting alone unless a test asks (test/vm/adopt.test.ts runs the real `serve`, defaults included)
     machines: { ...DEFAULTS.machines, ksm: false, ...over.machines },
     network: { ...DEFAULTS.network, ...over.network },
     // A fixed budget: results must not depend on the RAM of the machine running the tests.
