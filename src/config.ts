@@ -44,6 +44,12 @@ export interface CapacityConfig {
   memoryFraction: number;
   /** counted per VM on top of its `memory_mb` (QEMU itself, its TCG translation buffer) */
   vmOverheadMb: number;
+  /**
+   * vCPU over-commit: live VMs (one vCPU each) per host core; 0 = no CPU
+   * limit. Cores are `cores`, or the host's when 0.
+   */
+  vcpusPerCore: number;
+  cores: number;
 }
 
 /** Certificates for custom domains from an ACME authority (docs/certificates.md). */
@@ -122,7 +128,8 @@ export const DEFAULTS: Config = {
   // Generous: 100 requests/s per user on average, far above what the official clients send.
   rateLimit: { max: 6000, windowMs: 60_000 },
   // The rest of the host's RAM stays for the kernel, the daemon and page cache.
-  capacity: { memoryMb: 0, memoryFraction: 0.8, vmOverheadMb: 48 },
+  // 16 mostly idle unikernels per core, the allocation ratio clouds use for small VMs.
+  capacity: { memoryMb: 0, memoryFraction: 0.8, vmOverheadMb: 48, vcpusPerCore: 16, cores: 0 },
   subnet: '10.88.0.0/16',
   defaultQuotas: {
     hard: {

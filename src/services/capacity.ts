@@ -1,25 +1,42 @@
-import { totalmem } from 'node:os';
+import { availableParallelism, totalmem } from 'node:os';
 import type { CapacityConfig } from '../config.js';
 import { err } from '../errors.js';
 import type { Tx } from '../store/types.js';
 
 const MB = 1024 * 1024;
 
+/** vCPUs of one VM (QEMU's `-smp 1`, src/machines/qemu/argv.ts). */
+const VCPUS_PER_VM = 1;
+
 /** The guests' memory budget in MB: the configured one, or a fraction of the host's RAM. */
-export function hostMemoryBudgetMb(c: CapacityConfig, hostBytes = totalmem()): number {
+export function hostMemoryBudgetMb(
+  c: Pick<CapacityConfig, 'memoryMb' | 'memoryFraction' | 'vmOverheadMb'>,
+  hostBytes = totalmem(),
+): number {
   return c.memoryMb > 0 ? c.memoryMb : Math.floor((hostBytes / MB) * c.memoryFraction);
+}
+
+/** The guests' vCPU budget: cores × allocation ratio; Infinity when the ratio is 0 (no CPU limit). */
+export function hostVcpuBudget(
+  c: Pick<CapacityConfig, 'vcpusPerCore' | 'cores'>,
+  hostCores = availableParallelism(),
+): number {
+  if (c.vcpusPerCore <= 0) return Infinity;
+  return (c.cores > 0 ? c.cores : hostCores) * c.vcpusPerCore;
 }
 
 /**
  * Host admission control, inside the transaction that makes instances
  * live: the memory of every live instance of every user (plus a per-VM
- * overhead) stays within the budget, so RAM over-commit is bounded.
+ * overhead) stays within the memory budget, and their vCPUs within the
+ * CPU budget, so RAM and CPU over-commit are bounded. Standby instances
+ * count as live: a wake never fails for capacity.
  * Throws UH_HOST_FULL; the transaction then changes nothing.
  */
 export async function assertHostCapacity(tx: Tx, c: CapacityConfig, vms: number, guestMb: number): Promise<void> {
   if (vms <= 0) return;
-  const budget = hostMemoryBudgetMb(c);
   const live = await tx.instances.hostLive();
+  const budget = hostMemoryBudgetMb(c);
   const used = live.memory_mb + live.vms * c.vmOverheadMb;
   const need = guestMb + vms * c.vmOverheadMb;
   if (used + need > budget) {
@@ -27,6 +44,15 @@ export async function assertHostCapacity(tx: Tx, c: CapacityConfig, vms: number,
       'UH_HOST_FULL',
       `host is full: starting needs ${need} MB (${guestMb} MB of guest memory + ${c.vmOverheadMb} MB per VM), ` +
         `${used} of the host's ${budget} MB guest memory budget are in use; try again after instances stop`,
+    );
+  }
+  const vcpus = hostVcpuBudget(c);
+  const usedVcpus = live.vms * VCPUS_PER_VM;
+  if (usedVcpus + vms * VCPUS_PER_VM > vcpus) {
+    throw err(
+      'UH_HOST_FULL',
+      `host is full: starting needs ${vms * VCPUS_PER_VM} vCPU, ${usedVcpus} of the host's ${vcpus} vCPU budget ` +
+        `(${c.vcpusPerCore} per core) are in use; try again after instances stop`,
     );
   }
 }

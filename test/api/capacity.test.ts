@@ -2,7 +2,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { simMachines } from '../helpers/sim-machines.js';
-import { hostMemoryBudgetMb } from '../../src/services/capacity.js';
+import { hostMemoryBudgetMb, hostVcpuBudget } from '../../src/services/capacity.js';
 
 // Two 128 MB guests with 50 MB overhead each (356 MB) fit in 400 MB; a third does not.
 let h: Harness;
@@ -64,4 +64,36 @@ test('PUT start on a full host is refused and leaves the instance stopped; it wo
   await stopped(alice, 'a2');
   const again = await h.call('PUT', '/v1/instances/start', alice, { name: 'later' });
   assert.equal(again.body.data.instances[0].status, 'success', again.text);
+});
+
+test('the vCPU budget is cores × vcpusPerCore, or unlimited at 0', () => {
+  assert.equal(hostVcpuBudget({ vcpusPerCore: 16, cores: 0 }, 2), 32);
+  assert.equal(hostVcpuBudget({ vcpusPerCore: 4, cores: 3 }, 64), 12);
+  assert.equal(hostVcpuBudget({ vcpusPerCore: 0, cores: 0 }, 2), Infinity);
+});
+
+test('starting beyond the vCPU budget is refused whole; the error names the vCPU budget', async () => {
+  // One core at two vCPUs per core: two live VMs, memory plentiful.
+  const cpu = await startHarness({ capacity: { memoryMb: 100_000, vcpusPerCore: 2, cores: 1 } }, (s) => [
+    simMachines(s),
+  ]);
+  try {
+    await cpu.image('app:latest');
+    const carol = await cpu.user('carol');
+    const make = async (name: string) =>
+      (await cpu.call('POST', '/v1/instances', carol, { image: 'app:latest', name, autostart: true })).body.data
+        .instances[0];
+    assert.equal((await make('c1')).state, 'starting');
+    assert.equal((await make('c2')).state, 'starting');
+    const third = await make('c3');
+    assert.equal(third.error, 9, JSON.stringify(third));
+    assert.match(third.message, /host is full: starting needs 1 vCPU, 2 of the host's 2 vCPU budget \(2 per core\)/);
+    const list = (await cpu.call('GET', '/v1/instances/list', carol)).body.data.instances as { name: string }[];
+    assert.deepEqual(
+      list.map((i) => i.name),
+      ['c1', 'c2'],
+    );
+  } finally {
+    await cpu.close();
+  }
 });

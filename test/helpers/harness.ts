@@ -67,7 +67,7 @@ export async function startHarness(
     machines: { ...DEFAULTS.machines, ksm: false, ...over.machines },
     network: { ...DEFAULTS.network, ...over.network },
     // A fixed budget: results must not depend on the RAM of the machine running the tests.
-    capacity: { ...DEFAULTS.capacity, memoryMb: 1_000_000, ...over.capacity },
+    capacity: { ...DEFAULTS.capacity, memoryMb: 1_000_000, vcpusPerCore: 0, ...over.capacity },
     // never Let's Encrypt from a test: a test that wants ACME names its own directory
     acme: { ...DEFAULTS.acme, enabled: false, ...over.acme },
     defaultQuotas: {
