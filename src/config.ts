@@ -24,6 +24,8 @@ export interface Config {
   maxWaitsPerUser: number;
   /** requests per user and window (all the user's tokens together); `max: 0` turns the limit off */
   rateLimit: { max: number; windowMs: number };
+  /** failed authentications per client address and window; beyond, 429 (0 = off) */
+  authFailures: { max: number; windowMs: number };
   capacity: CapacityConfig;
   /** largest log chunk one request returns, bytes */
   maxLogChunk: number;
@@ -127,6 +129,8 @@ export const DEFAULTS: Config = {
   maxWaitsPerUser: 256,
   // Generous: 100 requests/s per user on average, far above what the official clients send.
   rateLimit: { max: 6000, windowMs: 60_000 },
+  // Room for a mistyped token or a misconfigured script, not for guessing.
+  authFailures: { max: 30, windowMs: 60_000 },
   // The rest of the host's RAM stays for the kernel, the daemon and page cache.
   // 16 mostly idle unikernels per core, the allocation ratio clouds use for small VMs.
   capacity: { memoryMb: 0, memoryFraction: 0.8, vmOverheadMb: 48, vcpusPerCore: 16, cores: 0 },

@@ -79,6 +79,7 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
     bodyLimit: config.bodyLimit,
     metrics,
     rateLimit: config.rateLimit,
+    authFailures: config.authFailures,
     https,
   });
   const { host, port } = splitListen(config.listen);

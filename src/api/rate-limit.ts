@@ -1,4 +1,5 @@
 import rateLimit from '@fastify/rate-limit';
+import { LRUCache } from 'lru-cache';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { err } from '../errors.js';
 
@@ -29,4 +30,47 @@ export function registerRateLimit(app: FastifyInstance, o: RateLimitOptions): vo
         `rate limit exceeded: more than ${ctx.max} requests in ${ctx.after} for this user; retry after ${Math.ceil(ctx.ttl / 1000)} s`,
       ),
   });
+}
+
+export interface AuthFailureOptions {
+  /** failed authentications one client address may make per window; 0 turns the limit off */
+  max: number;
+  windowMs: number;
+}
+
+/**
+ * Failed authentications per client address: beyond `max` in a window
+ * (counted from the first failure), every request from that address answers
+ * 429 until the window ends, valid token or not, so guessing tokens is
+ * throttled and a guess's answer tells nothing while blocked. Addresses are
+ * kept in a bounded LRU, so a flood of addresses cannot grow memory.
+ */
+export class AuthFailureLimit {
+  private readonly seen: LRUCache<string, { n: number; until: number }>;
+
+  constructor(private readonly o: AuthFailureOptions) {
+    this.seen = new LRUCache({ max: 100_000 });
+  }
+
+  /** Seconds the address must wait, or 0 when it may try. */
+  blockedFor(address: string, now = Date.now()): number {
+    const e = this.seen.get(address);
+    if (!e || e.until <= now) return 0;
+    return e.n > this.o.max ? Math.ceil((e.until - now) / 1000) : 0;
+  }
+
+  fail(address: string, now = Date.now()): void {
+    const e = this.seen.get(address);
+    if (!e || e.until <= now) this.seen.set(address, { n: 1, until: now + this.o.windowMs });
+    else e.n++;
+  }
+}
+
+/** 429 for an address over its failed-authentication budget. */
+export function authFailureError(address: string, o: AuthFailureOptions, retryAfterS: number) {
+  return err(
+    'UH_TOO_MANY',
+    `too many failed authentications from ${address}: more than ${o.max} in ${o.windowMs / 1000} s; ` +
+      `retry after ${retryAfterS} s`,
+  );
 }

@@ -12,7 +12,13 @@ import { buildOpenApi } from './openapi.js';
 import { requestId, serveMetrics } from './observe.js';
 import { serveEvents } from './events.js';
 import type { DaemonMetrics } from '../metrics.js';
-import { registerRateLimit, type RateLimitOptions } from './rate-limit.js';
+import {
+  AuthFailureLimit,
+  authFailureError,
+  registerRateLimit,
+  type AuthFailureOptions,
+  type RateLimitOptions,
+} from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -30,6 +36,8 @@ export interface ApiOptions {
   bodyLimit?: number;
   /** per-user request rate limit; absent or `max: 0` = none */
   rateLimit?: RateLimitOptions;
+  /** failed authentications per client address (docs/security.md) */
+  authFailures?: AuthFailureOptions;
   /** serve HTTPS with this certificate chain and key (PEM) */
   https?: { cert: string | Buffer; key: string | Buffer };
 }
@@ -262,16 +270,25 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
 
   app.decorateRequest('t0', 0n);
   app.decorateRequest('user', undefined);
+  const failures = opts.authFailures && opts.authFailures.max > 0 ? new AuthFailureLimit(opts.authFailures) : undefined;
   // Callback style: a cached token costs no promise on the hot path.
   app.addHook('onRequest', (req, reply, done) => {
     req.t0 = process.hrtime.bigint();
+    const wait = failures?.blockedFor(req.ip) ?? 0;
+    if (wait > 0) {
+      void reply.header('retry-after', String(wait));
+      return void sendError(req, reply, authFailureError(req.ip, opts.authFailures!, wait));
+    }
     const hit = services.users.cachedUser(req.headers.authorization);
     if (hit) {
       req.user = hit;
       return done();
     }
     services.users.authenticate(req.headers.authorization).then((user) => {
-      if (!user) return void sendError(req, reply, err('UH_UNAUTHORIZED', 'missing or invalid bearer token'));
+      if (!user) {
+        failures?.fail(req.ip);
+        return void sendError(req, reply, err('UH_UNAUTHORIZED', 'missing or invalid bearer token'));
+      }
       req.user = user;
       done();
     }, done);

@@ -49,3 +49,37 @@ test('max 0 turns the limit off', async () => {
   const t = await off.user('dave');
   for (let i = 0; i < 3 * MAX; i++) assert.equal((await get(off, t)).status, 200);
 });
+
+test('failed authentications beyond the budget block the address with 429 and Retry-After, valid token or not', async () => {
+  const guard = await startHarness({ authFailures: { max: 3, windowMs: 60_000 } });
+  try {
+    const erin = await guard.user('erin');
+    assert.equal((await get(guard, erin)).status, 200);
+    for (let i = 0; i < 3; i++) assert.equal((await get(guard, `guess${i}`)).status, 401);
+    // The fourth failure is still answered (it is the one over the budget) ...
+    assert.equal((await get(guard, 'guess3')).status, 401);
+    // ... then the address waits, whatever it sends: a guess's answer says nothing.
+    for (const token of ['guess4', erin]) {
+      const r = await get(guard, token);
+      assert.equal(r.status, 429, JSON.stringify(r.body));
+      const retry = Number(r.headers['retry-after']);
+      assert.ok(retry > 0 && retry <= 60, `Retry-After ${r.headers['retry-after']}`);
+      assert.match(r.body.message, /too many failed authentications from 127\.0\.0\.1: more than 3 in 60 s/);
+    }
+  } finally {
+    await guard.close();
+  }
+});
+
+test('AuthFailureLimit forgets an address when its window ends', async () => {
+  const { AuthFailureLimit } = await import('../../src/api/rate-limit.js');
+  const l = new AuthFailureLimit({ max: 1, windowMs: 1000 });
+  l.fail('a', 0);
+  assert.equal(l.blockedFor('a', 10), 0);
+  l.fail('a', 10);
+  assert.equal(l.blockedFor('a', 10), 1);
+  assert.equal(l.blockedFor('b', 10), 0);
+  assert.equal(l.blockedFor('a', 1000), 0);
+  l.fail('a', 1001);
+  assert.equal(l.blockedFor('a', 1001), 0);
+});

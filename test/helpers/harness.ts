@@ -68,6 +68,8 @@ export async function startHarness(
     network: { ...DEFAULTS.network, ...over.network },
     // A fixed budget: results must not depend on the RAM of the machine running the tests.
     capacity: { ...DEFAULTS.capacity, memoryMb: 1_000_000, vcpusPerCore: 0, ...over.capacity },
+    // Many tests send bad tokens on purpose from 127.0.0.1; test/api/rate-limit.test.ts turns the limit on.
+    authFailures: { ...DEFAULTS.authFailures, max: 0, ...over.authFailures },
     // never Let's Encrypt from a test: a test that wants ACME names its own directory
     acme: { ...DEFAULTS.acme, enabled: false, ...over.acme },
     defaultQuotas: {
