@@ -3,7 +3,7 @@ import https from 'node:https';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { KeyPair } from '../gateway/types.js';
-import type { ChallengeAnswers } from './challenges.js';
+import type { ChallengeAnswers, ChallengeType } from './challenges.js';
 
 export interface AcmeIssuerOptions {
   directoryUrl: string;
@@ -17,8 +17,10 @@ export interface AcmeIssuerOptions {
 
 /**
  * Orders one certificate per domain from an ACME authority with
- * `acme-client`, answering HTTP-01 through `challenges` (the data plane
- * serves them on port 80). Knows nothing of the gateway or the store.
+ * `acme-client`, answering the chosen challenge through `challenges`: HTTP-01
+ * (the data plane serves it on port 80) or TLS-ALPN-01 (the data plane
+ * presents a challenge certificate on the TLS ports). Knows nothing of the
+ * gateway or the store.
  */
 export class AcmeIssuer {
   private client: acme.Client | undefined;
@@ -54,7 +56,7 @@ export class AcmeIssuer {
   }
 
   /** A new key and certificate chain (leaf first) for `fqdn`; throws the authority's problem. */
-  async issue(fqdn: string): Promise<KeyPair> {
+  async issue(fqdn: string, method: ChallengeType): Promise<KeyPair> {
     const client = await this.getClient();
     const [key, csr] = await acme.crypto.createCsr(
       { commonName: fqdn, altNames: [fqdn] },
@@ -64,15 +66,21 @@ export class AcmeIssuer {
       csr,
       email: this.o.email,
       termsOfServiceAgreed: true,
-      challengePriority: ['http-01'],
+      // only the one challenge the data plane can answer for this domain
+      challengePriority: [method],
       // the authority checks; a local self-check would need the public DNS
       skipChallengeVerification: true,
       challengeCreateFn: async (authz, ch, keyAuthorization) => {
-        if (ch.type !== 'http-01') throw new Error(`unsupported challenge ${ch.type}`);
-        this.o.challenges.add(authz.identifier.value, ch.token, keyAuthorization);
+        const host = authz.identifier.value;
+        const type: string = ch.type; // acme-client's types leave out tls-alpn-01
+        if (type !== method) throw new Error(`the authority offers no ${method} challenge for ${host}`);
+        if (type === 'http-01') return this.o.challenges.add(host, ch.token, keyAuthorization);
+        const [alpnKey, alpnCert] = await acme.crypto.createAlpnCertificate(authz, keyAuthorization);
+        this.o.challenges.addAlpn(host, { cert: alpnCert.toString(), key: alpnKey.toString() });
       },
       challengeRemoveFn: async (authz, ch) => {
-        this.o.challenges.remove(authz.identifier.value, ch.token);
+        if ((ch.type as string) === 'tls-alpn-01') this.o.challenges.removeAlpn(authz.identifier.value);
+        else this.o.challenges.remove(authz.identifier.value, ch.token);
       },
     });
     return { cert, key: key.toString() };

@@ -1,11 +1,24 @@
+import type { KeyPair } from '../gateway/types.js';
+
+/** The ACME challenge types unihost answers (docs/certificates.md). */
+export type ChallengeType = 'http-01' | 'tls-alpn-01';
+
 /**
- * Pending HTTP-01 challenges: the key authorization the data plane answers
- * for `http://<host>/.well-known/acme-challenge/<token>` while an order is
- * being validated. In memory only: an order that outlives the daemon is
- * simply tried again.
+ * Pending ACME challenges while an order is being validated, in memory only
+ * (an order that outlives the daemon is simply tried again):
+ *
+ * * HTTP-01: the key authorization the data plane answers for
+ *   `http://<host>/.well-known/acme-challenge/<token>`;
+ * * TLS-ALPN-01 (RFC 8737): the self-signed certificate carrying the
+ *   `acmeIdentifier` extension that the data plane presents to a client
+ *   asking for `<host>` with ALPN `acme-tls/1`. The data plane is told of
+ *   changes through `onAlpnChange`, since it installs certificates ahead of
+ *   handshakes rather than asking per handshake.
  */
 export class ChallengeAnswers {
   private readonly byHost = new Map<string, Map<string, string>>();
+  private readonly alpnByHost = new Map<string, KeyPair>();
+  private readonly alpnListeners = new Set<() => void>();
 
   add(host: string, token: string, keyAuthorization: string): void {
     const h = host.toLowerCase();
@@ -26,8 +39,53 @@ export class ChallengeAnswers {
     return this.byHost.get(host.toLowerCase())?.get(token);
   }
 
-  /** hosts with a challenge open (the data plane must listen on port 80 for them) */
+  /** hosts with an HTTP-01 challenge open */
   hosts(): string[] {
     return [...this.byHost.keys()];
   }
+
+  /** Presents `pair` for `host` to `acme-tls/1` clients until `removeAlpn`. */
+  addAlpn(host: string, pair: KeyPair): void {
+    this.alpnByHost.set(host.toLowerCase(), pair);
+    this.alpnChanged();
+  }
+
+  removeAlpn(host: string): void {
+    if (this.alpnByHost.delete(host.toLowerCase())) this.alpnChanged();
+  }
+
+  /** The TLS-ALPN-01 certificates to present now, one per host. */
+  alpnCertificates(): { name: string; pair: KeyPair }[] {
+    return [...this.alpnByHost].map(([name, pair]) => ({ name, pair }));
+  }
+
+  /** Calls `fn` after every change of the TLS-ALPN-01 set; returns the unsubscribe. */
+  onAlpnChange(fn: () => void): () => void {
+    this.alpnListeners.add(fn);
+    return () => this.alpnListeners.delete(fn);
+  }
+
+  private alpnChanged(): void {
+    for (const fn of this.alpnListeners) fn();
+  }
+}
+
+/**
+ * The challenge an order uses (docs/certificates.md). The authority
+ * validates on port 80 (HTTP-01) or 443 (TLS-ALPN-01) only. HTTP-01 is
+ * preferred where the group publishes port 80, and for renewals: it never
+ * touches the TLS ports, where TLS-ALPN-01 would show the challenge
+ * certificate in place of the one serving for the second the validation
+ * takes. First issuance for a group that publishes 443 but not 80 uses
+ * TLS-ALPN-01. A failed attempt tries the other type next time (where 443 is
+ * published), so a host whose port 80 or 443 is not reachable from outside
+ * still gets its certificate. HTTP-01 without port 80 in the group is
+ * answered on the port-80 route the gateway adds for custom names
+ * (src/reconcile/gateway.ts).
+ */
+export function challengeFor(publishedPorts: number[], o: { renewal: boolean; attempt: number }): ChallengeType {
+  const canAlpn = publishedPorts.includes(443);
+  const preferred: ChallengeType = publishedPorts.includes(80) || o.renewal || !canAlpn ? 'http-01' : 'tls-alpn-01';
+  if (!canAlpn || o.attempt % 2 === 1) return preferred;
+  return preferred === 'http-01' ? 'tls-alpn-01' : 'http-01';
 }

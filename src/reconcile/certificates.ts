@@ -2,6 +2,7 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { AcmeIssuer } from '../certs/acme.js';
+import { challengeFor, type ChallengeType } from '../certs/challenges.js';
 import { certInfo } from '../certs/pem.js';
 import type { Controller } from '../daemon.js';
 import type { Services } from '../services/index.js';
@@ -100,6 +101,16 @@ export class CertificateController implements Controller {
     }
   }
 
+  /** The challenge for this attempt at `fqdn`, from the ports its group publishes now. */
+  private async challengeOf(fqdn: string, o: { renewal: boolean; attempt: number }): Promise<ChallengeType> {
+    const ports = await this.s.store.read(async (tx) => {
+      const d = await tx.domains.get(fqdn);
+      const g = d ? await tx.groups.getAnyUser(d.group_id) : undefined;
+      return (g?.services ?? []).map((svc) => svc.port);
+    });
+    return challengeFor(ports, o);
+  }
+
   private async attempt(c: CertificateRec): Promise<void> {
     const fqdn = c.common_name;
     const attempt = c.state === 'pending' ? c.validation_attempt + 1 : 1;
@@ -109,7 +120,9 @@ export class CertificateController implements Controller {
       tx.certificates.update(c.id, { state: 'pending', validation_attempt: attempt - 1, validation_next: null }),
     );
     try {
-      const pair = await this.issuer.issue(fqdn);
+      const method = await this.challengeOf(fqdn, { renewal: c.serial_number !== null, attempt });
+      this.log.info({ certificate: c.id, fqdn, method, attempt }, 'certificates: ordering');
+      const pair = await this.issuer.issue(fqdn, method);
       const info = certInfo(new X509Certificate(pair.cert));
       await this.s.certificates.files.write(c.id, pair);
       const { names, ...shown } = info;
