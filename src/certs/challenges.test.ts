@@ -3,30 +3,23 @@ import { describe, test } from 'node:test';
 import { ChallengeAnswers, challengeFor } from './challenges.js';
 
 describe('challengeFor', () => {
-  const first = (attempt: number) => ({ renewal: false, attempt });
-  const renewal = (attempt: number) => ({ renewal: true, attempt });
-
   test('a group publishing port 80 is validated over HTTP-01, then TLS-ALPN-01 after a failure where 443 is published', () => {
-    assert.equal(challengeFor([80, 443], first(1)), 'http-01');
-    assert.equal(challengeFor([80, 443], first(2)), 'tls-alpn-01');
-    assert.equal(challengeFor([80, 443], first(3)), 'http-01');
-    assert.equal(challengeFor([80], first(2)), 'http-01');
+    assert.equal(challengeFor([80, 443], 1), 'http-01');
+    assert.equal(challengeFor([80, 443], 2), 'tls-alpn-01');
+    assert.equal(challengeFor([80, 443], 3), 'http-01');
+    assert.equal(challengeFor([80], 2), 'http-01');
   });
 
-  test('a first issuance for a group publishing 443 but not 80 uses TLS-ALPN-01 first', () => {
-    assert.equal(challengeFor([443, 8080], first(1)), 'tls-alpn-01');
-    assert.equal(challengeFor([443], first(2)), 'http-01');
-  });
-
-  test('a renewal prefers HTTP-01, which never touches the TLS ports', () => {
-    assert.equal(challengeFor([443], renewal(1)), 'http-01');
-    assert.equal(challengeFor([443], renewal(2)), 'tls-alpn-01');
+  test('a group publishing 443 but not 80 uses TLS-ALPN-01 first, then HTTP-01', () => {
+    assert.equal(challengeFor([443, 8080], 1), 'tls-alpn-01');
+    assert.equal(challengeFor([443], 2), 'http-01');
+    assert.equal(challengeFor([443], 3), 'tls-alpn-01');
   });
 
   test('without 80 or 443, only HTTP-01 (on the port-80 route the gateway adds) is possible', () => {
-    assert.equal(challengeFor([8443], first(1)), 'http-01');
-    assert.equal(challengeFor([8443], first(2)), 'http-01');
-    assert.equal(challengeFor([], renewal(2)), 'http-01');
+    assert.equal(challengeFor([8443], 1), 'http-01');
+    assert.equal(challengeFor([8443], 2), 'http-01');
+    assert.equal(challengeFor([], 2), 'http-01');
   });
 });
 

@@ -72,20 +72,16 @@ export class ChallengeAnswers {
 
 /**
  * The challenge an order uses (docs/certificates.md). The authority
- * validates on port 80 (HTTP-01) or 443 (TLS-ALPN-01) only. HTTP-01 is
- * preferred where the group publishes port 80, and for renewals: it never
- * touches the TLS ports, where TLS-ALPN-01 would show the challenge
- * certificate in place of the one serving for the second the validation
- * takes. First issuance for a group that publishes 443 but not 80 uses
- * TLS-ALPN-01. A failed attempt tries the other type next time (where 443 is
- * published), so a host whose port 80 or 443 is not reachable from outside
- * still gets its certificate. HTTP-01 without port 80 in the group is
- * answered on the port-80 route the gateway adds for custom names
- * (src/reconcile/gateway.ts).
+ * validates on port 80 (HTTP-01) or 443 (TLS-ALPN-01) only: HTTP-01 where the
+ * group publishes port 80, else TLS-ALPN-01 where it publishes 443. A failed
+ * attempt tries the other type next time (where 443 is published), so a host
+ * that the authority reaches on only one of the two still gets its
+ * certificate. HTTP-01 without port 80 in the group is answered on the
+ * port-80 route the gateway adds for custom names (src/reconcile/gateway.ts).
  */
-export function challengeFor(publishedPorts: number[], o: { renewal: boolean; attempt: number }): ChallengeType {
+export function challengeFor(publishedPorts: number[], attempt: number): ChallengeType {
   const canAlpn = publishedPorts.includes(443);
-  const preferred: ChallengeType = publishedPorts.includes(80) || o.renewal || !canAlpn ? 'http-01' : 'tls-alpn-01';
-  if (!canAlpn || o.attempt % 2 === 1) return preferred;
+  const preferred: ChallengeType = publishedPorts.includes(80) || !canAlpn ? 'http-01' : 'tls-alpn-01';
+  if (!canAlpn || attempt % 2 === 1) return preferred;
   return preferred === 'http-01' ? 'tls-alpn-01' : 'http-01';
 }

@@ -10,7 +10,10 @@ const MAX_HELLO = 64 * 1024;
 const MAX_RECORD = 16 * 1024 + 256;
 
 export type HelloParse =
-  { kind: 'more' } | { kind: 'hello'; sni: string | undefined } | { kind: 'http' } | { kind: 'garbage'; why: string };
+  | { kind: 'more' }
+  | { kind: 'hello'; sni: string | undefined; alpn: string[] }
+  | { kind: 'http' }
+  | { kind: 'garbage'; why: string };
 
 /** A fatal TLS alert record (level 2) with the given description, e.g. 112 unrecognized_name. */
 export function tlsAlert(description: number): Buffer {
@@ -51,14 +54,15 @@ export function parseClientHello(buf: Buffer): HelloParse {
   }
 }
 
-/** Walks the ClientHello body to the server_name extension. */
+/** Walks the ClientHello body's extensions for server_name (0) and ALPN (16, RFC 7301). */
 function readHello(b: Buffer): HelloParse {
   try {
     let p = 2 + 32; // legacy_version, random
     p += 1 + b.readUInt8(p); // session id
     p += 2 + b.readUInt16BE(p); // cipher suites
     p += 1 + b.readUInt8(p); // compression methods
-    if (p >= b.length) return { kind: 'hello', sni: undefined };
+    const out: HelloParse = { kind: 'hello', sni: undefined, alpn: [] };
+    if (p >= b.length) return out;
     const end = Math.min(b.length, p + 2 + b.readUInt16BE(p));
     p += 2;
     while (p + 4 <= end) {
@@ -66,13 +70,27 @@ function readHello(b: Buffer): HelloParse {
       const len = b.readUInt16BE(p + 2);
       p += 4;
       if (p + len > end) break;
-      if (type === 0) return { kind: 'hello', sni: readServerName(b.subarray(p, p + len)) };
+      if (type === 0) out.sni = readServerName(b.subarray(p, p + len));
+      if (type === 16) out.alpn = readAlpn(b.subarray(p, p + len));
       p += len;
     }
-    return { kind: 'hello', sni: undefined };
+    return out;
   } catch {
     return { kind: 'garbage', why: 'truncated ClientHello' };
   }
+}
+
+function readAlpn(ext: Buffer): string[] {
+  const out: string[] = [];
+  const listEnd = Math.min(ext.length, 2 + ext.readUInt16BE(0));
+  for (let p = 2; p + 1 <= listEnd;) {
+    const len = ext.readUInt8(p);
+    p += 1;
+    if (p + len > listEnd) break;
+    out.push(ext.subarray(p, p + len).toString('latin1'));
+    p += len;
+  }
+  return out;
 }
 
 function readServerName(ext: Buffer): string | undefined {

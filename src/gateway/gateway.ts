@@ -165,6 +165,11 @@ export class Gateway {
     return this.contexts.setCustom(certs);
   }
 
+  /** The TLS-ALPN-01 challenge certificates to show `acme-tls/1` clients (the whole set). */
+  setAlpnChallenges(certs: { name: string; pair: KeyPair }[]): void {
+    this.contexts.setAlpnChallenges(certs);
+  }
+
   /** Replaces the metro wildcard certificate (renewal); new handshakes use it. */
   setCertificate(pair: KeyPair): void {
     this.contexts.setWildcard(pair);

@@ -20,6 +20,8 @@ import type { Route } from './types.js';
 /** The ClientHello may not take more than this (64 KiB message plus record headers). */
 const MAX_HELLO_BYTES = 70 * 1024;
 const ACME_PREFIX = '/.well-known/acme-challenge/';
+/** the ALPN protocol of TLS-ALPN-01 validators (RFC 8737 6.2) */
+const ACME_TLS_ALPN = 'acme-tls/1';
 
 type Tagged = net.Socket & { _uhSni?: string; _uhGroup?: string };
 type Resolved = { route: Route; host: string } | { status: number; text: string };
@@ -38,6 +40,8 @@ export class Listener {
   private readonly h2: http2.Http2Server;
   private readonly tlsHttp: tls.Server;
   private readonly tlsTcp: tls.Server;
+  /** answers TLS-ALPN-01 validations: the challenge certificate, `acme-tls/1`, then close */
+  private readonly tlsAcme: tls.Server;
   private readonly sockets = new Set<net.Socket>();
   private readonly perIp = new Map<string, number>();
   private readonly noisy: LogLimiter;
@@ -69,9 +73,11 @@ export class Listener {
     // node:http only runs its header-timeout checks once 'listening' fired; this server never
     // listens itself (connections are handed to it), so start the checks by hand.
     this.http.emit('listening');
+    // No default certificate: every handshake gets its context from SNICallback (a ClientHello
+    // without SNI is refused before TLS). With an ECDSA default, OpenSSL kept serving it even
+    // when SNICallback chose an RSA context (an RSA upload got the wildcard).
     const tlsOpts: tls.TlsOptions = {
       ...TLS_BASE,
-      ...contexts.defaultPair,
       handshakeTimeout: l.handshakeTimeoutMs,
       SNICallback: (name, cb) => cb(null, contexts.forName(normalizeHost(name) ?? '')),
     };
@@ -88,6 +94,13 @@ export class Listener {
         protocols.includes('h2') ? 'h2' : protocols.includes('http/1.1') ? 'http/1.1' : undefined,
     });
     this.tlsTcp = tls.createServer({ ...tlsOpts, allowHalfOpen: true });
+    this.tlsAcme = tls.createServer({
+      ...tlsOpts,
+      SNICallback: (name, cb) => cb(null, contexts.alpnChallenge(normalizeHost(name) ?? '')),
+      ALPNProtocols: [ACME_TLS_ALPN],
+    });
+    this.tlsAcme.on('secureConnection', (s) => s.end());
+    this.tlsAcme.on('tlsClientError', (_e, s) => s.destroy());
     for (const t of [this.tlsHttp, this.tlsTcp]) {
       t.on('secureConnection', (s) => this.onSecure(s, t === this.tlsHttp));
       t.on('tlsClientError', (e, s) => {
@@ -186,6 +199,10 @@ export class Listener {
         const why = r.kind === 'garbage' ? r.why : 'ClientHello too large';
         this.noisy.info('garbage', { port: this.port, client, why }, 'gateway: not TLS, connection closed');
         raw.end(tlsAlert(ALERT_DECODE_ERROR));
+      } else if (r.sni !== undefined && r.alpn.includes(ACME_TLS_ALPN) && this.contexts.alpnChallenge(r.sni)) {
+        // An ACME validator (it offers acme-tls/1 only): the challenge certificate, whatever the route.
+        raw.unshift(buf);
+        this.tlsAcme.emit('connection', raw);
       } else {
         const route = r.sni === undefined ? undefined : this.routes.get(r.sni);
         if (!route || !route.handlers.includes('tls')) {

@@ -32,6 +32,7 @@ export const TLS_BASE: tls.SecureContextOptions = {
 export class TlsContexts {
   private readonly cache = new Map<string, tls.SecureContext>();
   private custom = new Map<string, tls.SecureContext>();
+  private alpnChallenges = new Map<string, tls.SecureContext>();
   private wildcard: tls.SecureContext;
 
   constructor(
@@ -77,6 +78,23 @@ export class TlsContexts {
       for (const [k, v] of this.cache) if (!keep.has(v)) this.cache.delete(k);
     }
     return failed;
+  }
+
+  /**
+   * Replaces the TLS-ALPN-01 challenge certificates (RFC 8737), shown only
+   * to clients that ask for `acme-tls/1` (the authority's validator), never
+   * in place of a name's real certificate.
+   */
+  setAlpnChallenges(certs: { name: string; pair: KeyPair }[]): void {
+    const m = new Map<string, tls.SecureContext>();
+    for (const c of certs)
+      m.set(c.name.toLowerCase().replace(/\.$/, ''), tls.createSecureContext({ ...TLS_BASE, ...c.pair }));
+    this.alpnChallenges = m;
+  }
+
+  /** The challenge context for a (normalized) name, if an order is being validated. */
+  alpnChallenge(sni: string): tls.SecureContext | undefined {
+    return this.alpnChallenges.get(sni);
   }
 
   private isMetro(sni: string): boolean {

@@ -3,6 +3,7 @@ import http2 from 'node:http2';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import * as acme from 'acme-client';
 import type { Gateway } from './gateway.js';
 import {
   BackendTable,
@@ -114,6 +115,34 @@ describe('gateway: TLS termination, SNI routing, TCP mode', () => {
     });
     // no SNI at all (client dials the IP) is refused the same way
     await assert.rejects(tlsConnect(p443, '', { servername: undefined, checkServerIdentity: () => undefined }));
+  });
+
+  test('TLS-ALPN-01: an acme-tls/1 client gets the challenge certificate; other clients never see it', async () => {
+    const authz = { identifier: { type: 'dns', value: 'shop.example.test' } } as unknown as acme.Authorization;
+    const [key, cert] = await acme.crypto.createAlpnCertificate(authz, 'token.thumbprint');
+    gw.setAlpnChallenges([{ name: 'Shop.Example.Test', pair: { cert: cert.toString(), key: key.toString() } }]);
+    try {
+      const v = await tlsConnect(p443, 'shop.example.test', {
+        ALPNProtocols: ['acme-tls/1'],
+        rejectUnauthorized: false,
+      });
+      assert.equal(v.alpnProtocol, 'acme-tls/1');
+      const pem = v.getPeerX509Certificate()!.toString();
+      assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(pem, 'token.thumbprint'), true);
+      v.destroy();
+      // an ordinary client asking for that name: no route on this port, so the usual refusal
+      await assert.rejects(tlsConnect(p443, 'shop.example.test'), /UNRECOGNIZED_NAME|unrecognized name/i);
+      // acme-tls/1 for a name without a challenge: the usual answer (A's certificate, no acme-tls/1)
+      const a = await tlsConnect(p443, A, { ALPNProtocols: ['acme-tls/1', 'http/1.1'] });
+      assert.notEqual(a.alpnProtocol, 'acme-tls/1');
+      a.destroy();
+    } finally {
+      gw.setAlpnChallenges([]);
+    }
+    await assert.rejects(
+      tlsConnect(p443, 'shop.example.test', { ALPNProtocols: ['acme-tls/1'], rejectUnauthorized: false }),
+      /UNRECOGNIZED_NAME|unrecognized name/i,
+    );
   });
 
   test('garbage and plain HTTP on a TLS port are answered and closed; the port keeps working', async () => {

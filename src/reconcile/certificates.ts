@@ -102,13 +102,13 @@ export class CertificateController implements Controller {
   }
 
   /** The challenge for this attempt at `fqdn`, from the ports its group publishes now. */
-  private async challengeOf(fqdn: string, o: { renewal: boolean; attempt: number }): Promise<ChallengeType> {
+  private async challengeOf(fqdn: string, attempt: number): Promise<ChallengeType> {
     const ports = await this.s.store.read(async (tx) => {
       const d = await tx.domains.get(fqdn);
       const g = d ? await tx.groups.getAnyUser(d.group_id) : undefined;
       return (g?.services ?? []).map((svc) => svc.port);
     });
-    return challengeFor(ports, o);
+    return challengeFor(ports, attempt);
   }
 
   private async attempt(c: CertificateRec): Promise<void> {
@@ -120,7 +120,7 @@ export class CertificateController implements Controller {
       tx.certificates.update(c.id, { state: 'pending', validation_attempt: attempt - 1, validation_next: null }),
     );
     try {
-      const method = await this.challengeOf(fqdn, { renewal: c.serial_number !== null, attempt });
+      const method = await this.challengeOf(fqdn, attempt);
       this.log.info({ certificate: c.id, fqdn, method, attempt }, 'certificates: ordering');
       const pair = await this.issuer.issue(fqdn, method);
       const info = certInfo(new X509Certificate(pair.cert));

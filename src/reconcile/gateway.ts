@@ -22,6 +22,7 @@ export class GatewayController implements Controller {
   private backendsByGroup = new Map<string, Backend[]>();
   private readonly queue: KeyedQueue;
   private off: (() => void) | null = null;
+  private offAlpn: (() => void) | null = null;
   private renew: NodeJS.Timeout | null = null;
   private lastState = new Map<string, InstanceRec['state']>();
   private certs: CertInstaller | null = null;
@@ -50,6 +51,9 @@ export class GatewayController implements Controller {
       log: this.log,
     });
     this.certs = new CertInstaller(this.s, this.gateway, this.log);
+    const challenges = this.s.certificates.challenges;
+    const gw = this.gateway;
+    this.offAlpn = challenges.onAlpnChange(() => gw.setAlpnChallenges(challenges.alpnCertificates()));
     this.off = this.s.store.onChange((c) => {
       if (c.kind === 'group' || c.kind === 'instance' || c.kind === 'certificate')
         void this.queue.run('sync', () => this.sync());
@@ -66,6 +70,7 @@ export class GatewayController implements Controller {
 
   async stop(): Promise<void> {
     this.off?.();
+    this.offAlpn?.();
     if (this.renew) clearInterval(this.renew);
     await this.queue.drain();
     await this.gateway?.close();

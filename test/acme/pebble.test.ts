@@ -3,8 +3,10 @@
  * ACME against Debian's `pebble`, all inside a network namespace this file
  * creates (test/helpers/netns.ts): pebble on 127.0.0.1:14000 with its VA
  * asking a tiny DNS server of this test, which answers the test domains with
- * the gateway's address (127.0.0.1, port 80 for HTTP-01) or, for the domain
- * meant to fail, with an address nothing listens on.
+ * the gateway's address (127.0.0.1: port 80 for HTTP-01, 443 for
+ * TLS-ALPN-01) or, for the domain meant to fail, with an address nothing
+ * listens on. Which challenge each order used is read from the certificate
+ * controller's log.
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -16,6 +18,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import tls from 'node:tls';
 import * as packet from 'dns-packet';
+import { Writable } from 'node:stream';
 import pino from 'pino';
 import { CertificateController } from '../../src/reconcile/certificates.js';
 import { GatewayController } from '../../src/reconcile/gateway.js';
@@ -46,6 +49,18 @@ if (!insideTestNetns()) {
   let pebbleRoot = '';
   let testCaPem = '';
   let alice: string;
+  /** (fqdn, challenge) of every order, from the controller's 'certificates: ordering' lines */
+  const orders: { fqdn: string; method: string }[] = [];
+  const orderLog = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString().split('\n').filter(Boolean)) {
+        const o = JSON.parse(line) as { msg?: string; fqdn?: string; method?: string };
+        if (o.msg === 'certificates: ordering') orders.push({ fqdn: o.fqdn!, method: o.method! });
+      }
+      done();
+    },
+  });
+  const methodsFor = (fqdn: string) => orders.filter((o) => o.fqdn === fqdn).map((o) => o.method);
 
   /** HTTPS GET from pebble's management port (trusting the test CA that signed pebble's own certificate). */
   const fetchText = (url: string): Promise<string> =>
@@ -85,7 +100,7 @@ if (!insideTestNetns()) {
           certificate: join(work, 'cert.pem'),
           privateKey: join(work, 'key.pem'),
           httpPort: 80,
-          tlsPort: 5001,
+          tlsPort: 443,
           ocspResponderURL: '',
           externalAccountBindingRequired: false,
         },
@@ -139,7 +154,7 @@ if (!insideTestNetns()) {
       },
       (s) => {
         gw = new GatewayController(s, pino({ level: 'silent' }));
-        certs = new CertificateController(s, pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }));
+        certs = new CertificateController(s, pino({ level: 'info' }, orderLog));
         return [simMachines(s), gw, certs];
       },
     );
@@ -155,10 +170,10 @@ if (!insideTestNetns()) {
     rmSync(work, { recursive: true, force: true });
   });
 
-  const group = async (fqdn: string) =>
+  const group = async (fqdn: string, services: unknown[] = [{ port: 443, handlers: ['http', 'tls'] }]) =>
     ok(
       await h.call('POST', '/v1/services', alice, {
-        services: [{ port: 443, handlers: ['http', 'tls'] }],
+        services,
         domains: [{ name: fqdn }],
       }),
       'service_groups',
@@ -167,7 +182,7 @@ if (!insideTestNetns()) {
   describe('ACME with pebble', () => {
     let appCert: any;
     let appGroup: any;
-    test('a custom domain gets a certificate from the authority and is served by SNI', async () => {
+    test('a custom domain of a group without port 80 gets a certificate over TLS-ALPN-01, served by SNI', async () => {
       const g = await group('app.example.test.');
       appGroup = g;
       appCert = g.domains[0].certificate;
@@ -184,6 +199,21 @@ if (!insideTestNetns()) {
       assert.equal(s.authorized, true);
       assert.equal(s.getPeerX509Certificate()!.serialNumber.toLowerCase(), c.serial_number);
       s.destroy();
+      assert.deepEqual(methodsFor('app.example.test'), ['tls-alpn-01']);
+    });
+
+    test('a group publishing port 80 is validated over HTTP-01', async () => {
+      const g = await group('web.example.test.', [
+        { port: 443, handlers: ['http', 'tls'] },
+        { port: 80, destination_port: 443, handlers: ['http', 'redirect'] },
+      ]);
+      const id = g.domains[0].certificate.uuid;
+      await h.until(async () => ((await cert(id)).state === 'valid' ? true : undefined), 60_000);
+      await gw.settled();
+      const s = await handshake('web.example.test');
+      assert.equal(s.authorized, true);
+      s.destroy();
+      assert.deepEqual(methodsFor('web.example.test'), ['http-01']);
     });
 
     test('renewal when a third of the lifetime is left: new certificate, open connection kept', async () => {
@@ -207,6 +237,8 @@ if (!insideTestNetns()) {
       assert.equal(open.getPeerX509Certificate()!.serialNumber.toLowerCase(), old.serial_number);
       open.destroy();
       s.destroy();
+      // the renewal went over TLS-ALPN-01 on the very port that kept serving the open connection
+      assert.deepEqual(methodsFor('app.example.test'), ['tls-alpn-01', 'tls-alpn-01']);
     });
 
     test('a failing challenge ends in error with the authority message after the attempts', async () => {
@@ -217,6 +249,8 @@ if (!insideTestNetns()) {
         return x.body.data.certificates[0].state === 'error' ? x.body.data.certificates[0] : undefined;
       }, 60_000);
       assert.match(c.message, /attempt 2: /);
+      // the second attempt tried the other challenge, in case only one port is reachable
+      assert.deepEqual(methodsFor('fail.example.test'), ['tls-alpn-01', 'http-01']);
       assert.match(c.message, /127\.0\.0\.9|connection refused|Connection refused|unauthorized|Fetching/i);
       await assert.rejects(handshake('fail.example.test'), /handshake failure/);
     });

@@ -35,8 +35,8 @@ function handshake(servername: string, caPem: string): Promise<tls.TLSSocket> {
   });
 }
 
-async function upload(names: string[], serial?: string) {
-  const leaf = await testLeaf(ca, names, { serial });
+async function upload(names: string[], serial?: string, rsa = false) {
+  const leaf = await testLeaf(ca, names, { serial, rsa });
   const [c] = ok(await h.call('POST', '/v1/certificates', alice, { cn: names[0], chain: leaf.cert, pkey: leaf.key }));
   return c;
 }
@@ -74,6 +74,17 @@ describe('custom domains on the gateway', () => {
     });
     assert.match(answer, /^HTTP\/1\.1 503/);
     s2.destroy();
+  });
+
+  test('an RSA certificate is served by SNI too (the metro wildcard is ECDSA)', async () => {
+    const c = await upload(['rsa.example.com'], '1003', true);
+    await group('rsa.example.com.', { name: c.name });
+    const s = await handshake('rsa.example.com', ca.pem);
+    assert.equal(s.authorized, true);
+    const peer = s.getPeerX509Certificate()!;
+    assert.equal(peer.serialNumber.toLowerCase(), '1003');
+    assert.equal(peer.publicKey.asymmetricKeyType, 'rsa');
+    s.destroy();
   });
 
   test('a name without an issued certificate (pending) is refused with a TLS alert', async () => {

@@ -6,6 +6,12 @@ import { webcrypto } from 'node:crypto';
 /** Test certificates: a CA and leaves it signs, made with @peculiar/x509. */
 
 const ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
+const RSA = {
+  name: 'RSASSA-PKCS1-v1_5',
+  modulusLength: 2048,
+  publicExponent: new Uint8Array([1, 0, 1]),
+  hash: 'SHA-256',
+} as const;
 const DAY = 86_400_000;
 x509.cryptoProvider.set(webcrypto as unknown as Crypto);
 
@@ -38,9 +44,9 @@ export async function testCa(name = 'CN=unihost test CA'): Promise<TestCa> {
 export async function testLeaf(
   ca: TestCa,
   names: string[],
-  o: { from?: number; to?: number; serial?: string } = {},
+  o: { from?: number; to?: number; serial?: string; rsa?: boolean } = {},
 ): Promise<{ cert: string; key: string; serial: string }> {
-  const keys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const keys = (await webcrypto.subtle.generateKey(o.rsa ? RSA : ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
   const serial = o.serial ?? Buffer.from(webcrypto.getRandomValues(new Uint8Array(8))).toString('hex');
   const cert = await x509.X509CertificateGenerator.create({
     serialNumber: serial,
