@@ -76,6 +76,13 @@ export const LETS_ENCRYPT_PRODUCTION = 'https://acme-v02.api.letsencrypt.org/dir
 export interface GatewayConfig {
   /** publish service groups' ports (listeners, TLS, balancing) */
   enabled: boolean;
+  /**
+   * Scale-to-zero wakes (docs/autoscale.md): a request or connection for a
+   * group whose master is in standby is held while the master starts, at
+   * most `wakeTimeoutMs`, and at most `maxHeldPerGroup` at a time per group;
+   * beyond either the client gets 503 with Retry-After (TCP: closed).
+   */
+  wake: { timeoutMs: number; maxHeldPerGroup: number };
   /** address the public listeners bind to */
   listen: string;
   /** bound port = public port + offset (e.g. 8000 to run without root); -1 = any free port (tests) */
@@ -156,7 +163,12 @@ export const DEFAULTS: Config = {
   },
   logLevel: 'info',
   network: { enabled: true, bridge: 'uhbr0', dns: true, dnsPort: 53 },
-  gateway: { enabled: true, listen: '127.0.0.1', portOffset: 0 },
+  gateway: {
+    enabled: true,
+    listen: '127.0.0.1',
+    portOffset: 0,
+    wake: { timeoutMs: 10_000, maxHeldPerGroup: 1000 },
+  },
   acme: {
     enabled: true,
     directory: LETS_ENCRYPT_PRODUCTION,

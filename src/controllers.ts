@@ -53,7 +53,12 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
     bootTimeoutMs: s.config.machines.bootTimeoutMs,
     stopTimeoutMs: s.config.machines.stopTimeoutMs,
   });
-  const autoscale = new AutoscaleController({ services: s, log, cpuMs: (id) => machines.stats(id)?.cpuMs });
+  const autoscale = new AutoscaleController({
+    services: s,
+    log,
+    cpuMs: (id) => machines.stats(id)?.cpuMs,
+    traffic: gateway ? (groupId, id) => gateway.traffic(groupId, id) : undefined,
+  });
   // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.
   const certs = gateway && s.config.acme.enabled ? [new CertificateController(s, log)] : [];
   return [

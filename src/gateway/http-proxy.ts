@@ -112,6 +112,9 @@ function accountBytes(ctx: Ctx, groupId: string, instanceId: string | undefined,
   ctx.stats.bytes(groupId, instanceId, inB, outB);
 }
 
+/** seconds a client is asked to wait after a 503 (no running instance) */
+export const RETRY_AFTER_S = 5;
+
 /**
  * Forwards one request to the next running backend over its keep-alive
  * pool. A failure before the response started is retried on another backend
@@ -127,7 +130,13 @@ export function proxyHttp(ctx: Ctx, route: Route, req: IncomingMessage, res: Ser
     if (res.destroyed) return;
     if (!b) {
       const why = exclude.size > 0 ? 'its instances did not answer' : 'no instance of it is running';
-      sendText(res, exclude.size > 0 ? 502 : 503, `unihost: this service is unavailable: ${why}.`);
+      // Retry-After: a 503 means nothing runs (or a wake could not finish); the next try may find it up
+      sendText(
+        res,
+        exclude.size > 0 ? 502 : 503,
+        `unihost: this service is unavailable: ${why}.`,
+        exclude.size > 0 ? {} : { 'retry-after': String(RETRY_AFTER_S) },
+      );
       return;
     }
     lastInstance = b.instanceId;
@@ -245,7 +254,7 @@ export async function tunnelUpgrade(
   client.on('error', () => {});
   const r = await dialBackend(ctx, route, () => gone);
   if (!('backend' in r)) {
-    const status = r.tried > 0 ? '502 Bad Gateway' : '503 Service Unavailable';
+    const status = r.tried > 0 ? '502 Bad Gateway' : `503 Service Unavailable\r\nRetry-After: ${RETRY_AFTER_S}`;
     if (!gone) client.end(`HTTP/1.1 ${status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
     return;
   }

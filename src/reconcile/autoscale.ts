@@ -17,6 +17,14 @@ export interface AutoscaleOptions {
   windowMs?: number;
   /** tests drive `tick()` themselves and pass timers that never fire */
   timers?: TimerApi;
+  /**
+   * What the data plane saw of an instance, for scale-to-zero: open
+   * connections and in-flight requests (`busy`), the time of its last
+   * request or connection (`lastActivity`, ms since the epoch, 0 = never),
+   * and clients of its group held while it wakes (`held`). Without it
+   * (gateway off) nothing is scaled to zero.
+   */
+  traffic?: (groupId: string, instanceId: string) => { busy: number; lastActivity: number; held: number };
 }
 
 /** Instances the autoscaler counts as the group's capacity: wanted up and not on their way out. */
@@ -143,6 +151,14 @@ export class AutoscaleController implements Controller {
       // Scaling follows a running master; a stopped master (or scale-to-zero standby) is left alone.
       if (!master || master.state !== 'running') return;
       const capacity = [master, ...clones.filter(active)];
+      if (cur.min_size === 0 && capacity.length === 1 && this.idleFor(g.id, master, now) >= cur.cooldown_time_ms) {
+        await s.autoscale.standbyInTx(tx, master);
+        this.o.log.info(
+          { group: g.name, instance: master.name, idle_ms: this.idleFor(g.id, master, now) },
+          'autoscale: no traffic for one cooldown, the master goes to standby (scale-to-zero)',
+        );
+        return;
+      }
       const measured = capacity.filter(
         (i) => i.state === 'running' && Date.parse(i.started_at ?? '') + cur.warmup_time_ms <= now,
       );
@@ -153,7 +169,8 @@ export class AutoscaleController implements Controller {
       }
       const metric = average([...values.values()]);
       if (metric === undefined) return; // everything still warming up: nothing to judge by
-      const d = decide(cur.policies, metric, capacity.length, { min: cur.min_size, max: cur.max_size });
+      // Policies never take the master away: with min_size 0 only idleness does (scale-to-zero, above).
+      const d = decide(cur.policies, metric, capacity.length, { min: Math.max(cur.min_size, 1), max: cur.max_size });
       if (d.target === capacity.length) return;
       const last = this.lastAction.get(g.id);
       if (last !== undefined && now - last < cur.cooldown_time_ms) return;
@@ -178,6 +195,18 @@ export class AutoscaleController implements Controller {
       n[d.target > capacity.length ? 'out' : 'in']++;
       this.decisions.set(g.id, n);
     });
+  }
+
+  /**
+   * How long (ms) the master has had no traffic: since its last request or
+   * connection, or since it started if later; 0 while anything is open or a
+   * client is held for its group, and always 0 without a data plane.
+   */
+  private idleFor(groupId: string, master: InstanceRec, now: number): number {
+    const t = this.o.traffic?.(groupId, master.id);
+    if (!t || t.busy > 0 || t.held > 0) return 0;
+    const since = Math.max(t.lastActivity, Date.parse(master.started_at ?? '') || 0);
+    return Math.max(0, now - since);
   }
 
   /** Scaling decisions taken since the daemon started, per service group id. May be called any time. */

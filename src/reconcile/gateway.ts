@@ -6,6 +6,7 @@ import type { Services } from '../services/index.js';
 import type { InstanceRec } from '../store/types.js';
 import { KeyedQueue } from './engine.js';
 import { CertInstaller } from './gateway-certs.js';
+import { Waker } from './wake.js';
 
 const DAY_MS = 86_400_000;
 
@@ -26,6 +27,8 @@ export class GatewayController implements Controller {
   private renew: NodeJS.Timeout | null = null;
   private lastState = new Map<string, InstanceRec['state']>();
   private certs: CertInstaller | null = null;
+  /** scale-to-zero: starts a standby master for traffic that found no running instance */
+  readonly waker: Waker;
 
   constructor(
     private readonly s: Services,
@@ -34,6 +37,7 @@ export class GatewayController implements Controller {
     private readonly onIdle: (instanceId: string) => void = () => undefined,
   ) {
     this.queue = new KeyedQueue((k, e) => log.error({ k, err: e }, 'gateway sync failed'));
+    this.waker = new Waker(s, log);
   }
 
   async start(): Promise<void> {
@@ -47,6 +51,7 @@ export class GatewayController implements Controller {
       metroDomain: this.s.config.metroDomain,
       backends: (groupId) => this.backendsByGroup.get(groupId) ?? [],
       onIdle: (id) => this.onIdle(id),
+      onNoBackend: (groupId) => this.wake(groupId),
       acmeChallenge: (host, token) => this.s.certificates.challenges.answer(host, token),
       log: this.log,
     });
@@ -74,6 +79,25 @@ export class GatewayController implements Controller {
     if (this.renew) clearInterval(this.renew);
     await this.queue.drain();
     await this.gateway?.close();
+  }
+
+  /**
+   * The data plane found no running instance for `groupId`: wake a
+   * scale-to-zero master, and once it runs make sure the backend table says
+   * so before the held request is routed.
+   */
+  private async wake(groupId: string): Promise<boolean> {
+    const r = await this.waker.wake(groupId);
+    if (!r.ok) return false;
+    if (!(this.backendsByGroup.get(groupId) ?? []).some((b) => b.state === 'running'))
+      await this.queue.run('sync', () => this.sync());
+    return true;
+  }
+
+  /** What scale-to-zero needs to know of an instance's traffic (src/reconcile/autoscale.ts). */
+  traffic(groupId: string, instanceId: string): { busy: number; lastActivity: number; held: number } {
+    const c = this.gateway?.counters().instances[instanceId];
+    return { busy: c?.openConnections ?? 0, lastActivity: c?.lastActivity ?? 0, held: this.waker.held(groupId) };
   }
 
   /** Resolves once the changes seen so far are applied to the gateway (tests). */

@@ -300,7 +300,7 @@ export class MachineController implements Controller {
       const req = cur.stop_request;
       const user = req?.by !== 'platform';
       await tx.instances.update(cur.id, {
-        state: 'stopped',
+        state: req?.standby ? 'standby' : 'stopped',
         stop_reason: req?.force ? (user ? 28 : 20) : user ? 15 : 7,
         exit_code: null,
         stop_code: null,
@@ -562,9 +562,11 @@ export class MachineController implements Controller {
         return { info, restart, delay };
       }
       const startedAt = cur.started_at ? Date.parse(cur.started_at) : ev.at;
+      // scale-to-zero: the idle master waits in standby for traffic (unless a start came meanwhile)
+      const standby = req?.standby === true && !restart && !startAgain;
       const patch: Partial<InstanceRec> = {
         ...info,
-        state: 'stopped',
+        state: standby ? 'standby' : 'stopped',
         desired: restart || startAgain ? 'running' : 'stopped',
         stopped_at: new Date(ev.at).toISOString(),
         uptime_ms: cur.uptime_ms + Math.max(0, ev.at - startedAt),

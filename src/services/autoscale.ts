@@ -1,6 +1,6 @@
-import { NEVER_RUN } from '../domain/instance-states.js';
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../api/endpoint.js';
+import { NEVER_RUN, nextState } from '../domain/instance-states.js';
 import { allocateIp, macFor } from '../domain/ipam.js';
 import { NAME_MAX, randomSuffix } from '../domain/names.js';
 import { refTarget } from '../domain/refs.js';
@@ -104,9 +104,25 @@ export class AutoscaleService {
     });
   }
 
-  /** `features: [scale-to-zero]` on instance create: min 0, max 1, other defaults. */
-  async configureScaleToZeroInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, master: InstanceRec): Promise<void> {
-    await this.insertInTx(tx, user, g, master, { ...AUTOSCALE_DEFAULTS, min_size: 0, max_size: 1, policies: [] });
+  /**
+   * Scale-to-zero asked for on instance create (`features: [scale-to-zero]`
+   * or the SDK's `scale_to_zero`): min 0, max 1, the given cooldown, other
+   * defaults.
+   */
+  async configureScaleToZeroInTx(
+    tx: Tx,
+    user: UserRec,
+    g: ServiceGroupRec,
+    master: InstanceRec,
+    cooldownMs = AUTOSCALE_DEFAULTS.cooldown_time_ms,
+  ): Promise<void> {
+    await this.insertInTx(tx, user, g, master, {
+      ...AUTOSCALE_DEFAULTS,
+      min_size: 0,
+      max_size: 1,
+      cooldown_time_ms: cooldownMs,
+      policies: [],
+    });
   }
 
   async get(user: UserRec, t: Target) {
@@ -167,6 +183,21 @@ export class AutoscaleService {
         stopping && i.stop_request
           ? i.stop_request
           : { force: false, drain_until: this.deps.clock.now() + drainMs, by: 'platform' },
+    });
+  }
+
+  /**
+   * Scale-to-zero: the idle master stops (the platform's stop, stop_reason 7
+   * when the guest shuts down cleanly) into `standby`, where traffic wakes it
+   * (src/reconcile/wake.ts). Its record, IP, volumes and tap stay.
+   */
+  async standbyInTx(tx: Tx, master: InstanceRec): Promise<void> {
+    const to = nextState(master.state, 'idle');
+    if (!to || master.desired !== 'running') return;
+    await tx.instances.update(master.id, {
+      desired: 'stopped',
+      state: to,
+      stop_request: { force: false, drain_until: null, by: 'platform', standby: true },
     });
   }
 

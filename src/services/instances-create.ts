@@ -33,6 +33,44 @@ export interface CreateParams {
   wait_timeout_ms?: number;
   features?: string[];
   restart_policy?: string;
+  /** the official SDK's form of scale-to-zero (docs/autoscale.md) */
+  scale_to_zero?: ScaleToZeroIn;
+}
+
+export interface ScaleToZeroIn {
+  policy?: 'on' | 'off' | 'idle';
+  cooldown_time_ms?: number;
+  stateful?: boolean;
+  notify_time_ms?: number;
+}
+
+/**
+ * Scale-to-zero asked for by `features: [scale-to-zero]` or the SDK's
+ * `scale_to_zero` object: null when off, else the cooldown to configure
+ * (undefined = the autoscale default). What unihost cannot do is refused.
+ */
+function scaleToZeroOf(p: CreateParams): { cooldownMs?: number } | null {
+  const feature = p.features?.includes('scale-to-zero') ?? false;
+  const o = p.scale_to_zero;
+  if (!o) return feature ? {} : null;
+  const at = (k: string) => `parameter 'scale_to_zero.${k}'`;
+  if (o.stateful === true)
+    throw err(
+      'UH_INVALID',
+      `${at('stateful')}: stateful scale-to-zero (keeping the guest's memory) is not supported; the instance boots afresh when woken`,
+    );
+  if ((o.notify_time_ms ?? 0) > 0)
+    throw err('UH_INVALID', `${at('notify_time_ms')}: notifying the instance before standby is not supported`);
+  if (o.policy === 'idle')
+    throw err(
+      'UH_INVALID',
+      `${at('policy')}: 'idle' (standby despite open idle connections) is not supported; use 'on' (standby once no connection is open)`,
+    );
+  if (o.policy === 'off') {
+    if (feature) throw err('UH_INVALID', `${at('policy')}: 'off' contradicts feature 'scale-to-zero'`);
+    return null;
+  }
+  return o.cooldown_time_ms === undefined ? {} : { cooldownMs: o.cooldown_time_ms };
 }
 
 export const FEATURES = ['scale-to-zero', 'delete-on-stop'] as const;
@@ -82,7 +120,8 @@ export function checkCreate(p: CreateParams) {
       throw err('UH_INVALID', `parameter 'features': '${f}' is not one of ${FEATURES.join(', ')}`);
     }
   }
-  if (p.features?.includes('scale-to-zero') && !p.service_group) {
+  const scaleToZero = scaleToZeroOf(p);
+  if (scaleToZero && !p.service_group) {
     throw err(
       'UH_INVALID',
       "feature 'scale-to-zero' needs a 'service_group' to receive the requests that wake the instance",
@@ -121,7 +160,7 @@ export function checkCreate(p: CreateParams) {
     const why = wordProblem(a);
     if (why) throw err('UH_INVALID', `parameter 'args': argument ${i} ${why} (it travels on the kernel command line)`);
   }
-  return { policy, args };
+  return { policy, args, scaleToZero };
 }
 
 /** A volume entry names an existing volume (uuid or name) or sizes a new one: exactly one of the three. */
@@ -143,7 +182,7 @@ export async function createInTx(
   user: UserRec,
   p: CreateParams,
 ): Promise<{ instances: InstanceRec[]; group: ServiceGroupRec | null }> {
-  const { policy, args } = checkCreate(p);
+  const { policy, args, scaleToZero } = checkCreate(p);
   const image = await deps.images.resolve(tx, user, p.image);
   const memory = p.memory_mb ?? 128;
   const { limits } = effectiveQuotas(deps.config, user);
@@ -202,7 +241,7 @@ export async function createInTx(
       memory_mb: memory,
       args: args ?? [],
       env: p.env ?? {},
-      features: p.features ?? [],
+      features: scaleToZero ? [...new Set([...(p.features ?? []), 'scale-to-zero'])] : (p.features ?? []),
       restart_policy: policy,
       state: p.autostart ? 'starting' : 'stopped',
       desired: p.autostart ? 'running' : 'stopped',
@@ -219,8 +258,8 @@ export async function createInTx(
     if (volume) await deps.volumes.attachInTx(tx, volume.rec, inst, volume.at, volume.readonly, true);
     instances.push(inst);
   }
-  if (p.features?.includes('scale-to-zero') && group) {
-    await deps.autoscale.configureScaleToZeroInTx(tx, user, group, instances[0]!);
+  if (scaleToZero && group) {
+    await deps.autoscale.configureScaleToZeroInTx(tx, user, group, instances[0]!, scaleToZero.cooldownMs);
   }
   return { instances, group };
 }

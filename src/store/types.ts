@@ -61,6 +61,8 @@ export interface StopRequest {
   drain_until: number | null;
   /** 'user' for PUT stop, 'platform' for scale-to-zero and similar */
   by: 'user' | 'platform';
+  /** scale-to-zero: once the VM is down the instance is `standby` (woken by traffic), not `stopped` */
+  standby?: boolean;
 }
 
 export interface InstanceRec {

@@ -16,11 +16,16 @@ export const SIM_STATS: SimStats = Object.freeze({ cpuMs: 42, rssBytes: 8 << 20 
  * draining -> stopped) without booting anything, and marks new volumes
  * available. Lifecycle tests with real VMs use the QEMU driver instead.
  */
-export function simMachines(s: Services): Controller & { stats(id: string): SimStats | undefined } {
+export function simMachines(
+  s: Services,
+): Controller & { stats(id: string): SimStats | undefined; pause(on: boolean): void } {
   let off: (() => void) | null = null;
   // Instances the simulation has "booted": they report fixed figures, like a VM's process would report real ones.
   const up = new Set<string>();
+  // A paused simulation moves nothing: a host where boots hang (tests of bounds).
+  let paused = false;
   const step = async (id: string): Promise<void> => {
+    if (paused) return;
     await s.store.tx(async (tx) => {
       const i = await tx.instances.getAny(id);
       if (!i) return;
@@ -39,10 +44,13 @@ export function simMachines(s: Services): Controller & { stats(id: string): SimS
           vmm_ready_time_us: 300,
           net_time_us: 400,
         });
+      } else if ((i.state === 'stopping' || i.state === 'draining') && i.desired === 'running') {
+        // a start that came during the stop: the "VM" ends and boots again
+        await tx.instances.update(i.id, { state: 'starting', stop_request: null });
       } else if ((i.state === 'stopping' || i.state === 'draining') && i.desired === 'stopped') {
         const r = i.stop_request;
         const patch: Partial<InstanceRec> = {
-          state: 'stopped',
+          state: r?.standby ? 'standby' : 'stopped',
           stopped_at: now,
           stop_reason: r?.force ? 28 : r?.by === 'platform' ? 7 : 15,
           exit_code: r?.force ? null : 0,
@@ -81,6 +89,9 @@ export function simMachines(s: Services): Controller & { stats(id: string): SimS
     },
     stats(id) {
       return up.has(id) ? SIM_STATS : undefined;
+    },
+    pause(on) {
+      paused = on;
     },
     async stop() {
       stopped = true;

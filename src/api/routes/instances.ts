@@ -67,6 +67,25 @@ const CreateBody = Type.Object(
         { description: 'Features: scale-to-zero (needs a service_group), delete-on-stop.' },
       ),
     ),
+    scale_to_zero: Opt(
+      Type.Object(
+        {
+          policy: Opt(
+            Type.Union(
+              ['on', 'off', 'idle'].map((v) => Type.Literal(v)),
+              { errorMessage: 'expected one of on, off, idle', description: "on (default) or off; 'idle' is refused." },
+            ),
+          ),
+          cooldown_time_ms: Opt(Int('Idle time before standby. Default 1000.', { minimum: 0 })),
+          stateful: Opt(Bool('Keep memory in standby: not supported, true is refused.')),
+          notify_time_ms: Opt(Int('Notice before standby: not supported, above 0 is refused.', { minimum: 0 })),
+        },
+        {
+          additionalProperties: false,
+          description: 'The SDK form of scale-to-zero (needs a service_group); same as features: [scale-to-zero].',
+        },
+      ),
+    ),
     restart_policy: Opt(
       Type.Union(
         RESTART_POLICIES.map((r) => Type.Literal(r)),
