@@ -317,7 +317,13 @@ export class MachineController implements Controller {
         state: 'stopping',
         // a boot timeout is the platform's stop; an escalated stop keeps a start that came meanwhile
         desired: inst.stop_request ? inst.desired : 'stopped',
-        stop_request: { force: true, drain_until: null, by: inst.stop_request?.by ?? 'platform' },
+        stop_request: {
+          force: true,
+          drain_until: null,
+          by: inst.stop_request?.by ?? 'platform',
+          // scale-to-zero of a kernel that ignores shutdown: still standby once it is down
+          ...(inst.stop_request?.standby ? { standby: true } : {}),
+        },
       }),
     );
     await this.driver.kill(inst.id);
