@@ -12,9 +12,8 @@
  * Also the QEMU RSS of a running c-http with 16 MB and c-http instances
  * created and running per minute (a batch created together).
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -22,11 +21,10 @@ import { request } from 'undici';
 import { DEFAULTS } from '../src/config.js';
 import { defaultControllers } from '../src/controllers.js';
 import { startDaemon } from '../src/daemon.js';
-import { buildCmdline } from '../src/domain/cmdline.js';
-import { imageBootFiles } from '../src/images/boot-files.js';
 import { chooseBoot } from '../src/machines/qemu/choose.js';
-import { qemuArgv, runtimeFiles } from '../src/machines/qemu/argv.js';
+import { runtimeFiles } from '../src/machines/qemu/argv.js';
 import { processStats } from '../src/machines/stats.js';
+import { portOpen, RAW_IP, RawQemu } from './raw-qemu.js';
 
 export interface Figures {
   median: number;
@@ -57,31 +55,6 @@ export const apiCaller = (url: string, token: string) => async (method: string, 
 };
 
 const SUBNET = '10.79.0.0/24';
-// raw QEMU gets a bridge of its own: the daemon's bridge only passes traffic of the taps it made
-const RAW_BRIDGE = 'benchbr0';
-const RAW_GW = '10.80.0.1';
-const RAW_IP = '10.80.0.2';
-const RAW_TAP = 'benchtap0'; // not the daemon's tap prefix: its rules drop unknown taps
-
-/** Resolves when `ip:port` accepts, trying every ms. */
-function portOpen(ip: string, port: number, giveUpMs = 20_000): Promise<void> {
-  const end = performance.now() + giveUpMs;
-  return new Promise((resolve, reject) => {
-    const attempt = (): void => {
-      const s = connect({ host: ip, port });
-      s.setTimeout(100);
-      const retry = (): void => {
-        s.destroy();
-        if (performance.now() > end) reject(new Error(`${ip}:${port} never accepted`));
-        else setTimeout(attempt, 1);
-      };
-      s.once('connect', () => (s.destroy(), resolve()));
-      s.once('error', retry);
-      s.once('timeout', retry);
-    };
-    attempt();
-  });
-}
 
 export async function unikraftSection(ukDir: string, runs: number, batch: number): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'unihost-bench-uk-'));
@@ -97,7 +70,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     },
     { logger: pino({ level: 'warn' }), controllers: defaultControllers },
   );
-  const scratch: string[] = [];
+  let rawQemu: RawQemu | undefined;
   try {
     const m = d.config.machines;
     const kernel = (n: string) => join(ukDir, `${n}_qemu-x86_64`);
@@ -109,48 +82,9 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     const { token } = await d.services.users.create('bench', true);
     const call = apiCaller(d.url, token);
 
-    // raw QEMU: the driver's argv for the same image, kernel args and NIC (a tap on the same bridge)
-    execFileSync('ip', ['link', 'add', RAW_BRIDGE, 'type', 'bridge']);
-    execFileSync('ip', ['addr', 'add', `${RAW_GW}/24`, 'dev', RAW_BRIDGE]);
-    execFileSync('ip', ['link', 'set', RAW_BRIDGE, 'up']);
-    execFileSync('ip', ['tuntap', 'add', RAW_TAP, 'mode', 'tap']);
-    execFileSync('ip', ['link', 'set', RAW_TAP, 'master', RAW_BRIDGE, 'up']);
-    const raw = async (image: string, ready: (dir: string) => Promise<void>): Promise<number> => {
-      const digest = await d.store.read(async (tx) => (await tx.images.tag(image))!.digest);
-      const b = await imageBootFiles(d.services.paths, digest);
-      const dir = mkdtempSync(join(tmpdir(), 'unihost-raw-'));
-      scratch.push(dir);
-      const argv = qemuArgv(
-        {
-          id: 'raw',
-          dir,
-          kernel: b.kernel,
-          cmdline: buildCmdline({
-            kernelArgs: b.kernelArgs,
-            netdevIp: `${RAW_IP}/24:${RAW_GW}:${RAW_GW}`,
-            env: {},
-            mounts: [],
-            args: b.args,
-          }),
-          memoryMb: 16,
-          machine: b.machine,
-          firmware: b.firmware,
-          contract: b.contract,
-          nic: { tap: RAW_TAP, mac: '02:00:00:00:00:fa' },
-          disks: [],
-        },
-        { accel: 'tcg', tbSizeMb: m.tbSizeMb, tscKhz: 0 },
-      );
-      const t0 = performance.now();
-      const p = spawn(m.qemu, argv, { stdio: 'ignore' });
-      try {
-        await ready(dir);
-        return performance.now() - t0;
-      } finally {
-        p.kill('SIGKILL');
-        await new Promise((r) => p.once('exit', r));
-      }
-    };
+    // raw QEMU: the driver's argv for the same image, kernel args and NIC (a tap on a bridge of its own)
+    rawQemu = new RawQemu(d);
+    const raw = (image: string, ready: (dir: string) => Promise<void>) => rawQemu!.time(image, ready);
     const consoleShows = (text: string) => (dir: string) =>
       new Promise<void>((resolve, reject) => {
         const f = runtimeFiles(dir).serial;
@@ -277,14 +211,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
   } finally {
     await d.close();
     spawn('pkill', ['-KILL', '-f', dataDir]);
-    for (const link of [RAW_TAP, RAW_BRIDGE]) {
-      try {
-        execFileSync('ip', ['link', 'del', link], { stdio: 'ignore' });
-      } catch {
-        /* not created */
-      }
-    }
-    for (const p of scratch) rmSync(p, { recursive: true, force: true });
+    rawQemu?.close();
     rmSync(dataDir, { recursive: true, force: true });
   }
 }

@@ -90,7 +90,10 @@ export class MachineController implements Controller {
     this.timers = new Timers(o.timers, (id) => this.kick(id));
     this.bootTimeoutMs = o.bootTimeoutMs ?? 180_000;
     this.stopTimeoutMs = o.stopTimeoutMs ?? 15_000;
-    this.driver = o.driver((id, ev) => this.queue.run(id, () => this.onVmEvent(id, ev)));
+    // Events after stop() (a VM ending while the daemon shuts down) are left to the next start's adoption.
+    this.driver = o.driver((id, ev) =>
+      this.closed ? Promise.resolve() : this.queue.run(id, () => this.onVmEvent(id, ev)),
+    );
   }
 
   private now(): number {
