@@ -665,6 +665,34 @@ describe('daemon restart', () => {
   });
 });
 
+describe('daemon restart during a stop without a VM (found by test/crash)', () => {
+  test('a start acknowledged during the stop survives the restart: the instance boots; a plain stop ends as a user stop', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'unihost-mc-'));
+    const w1 = await world({}, dir);
+    const a = await create(w1);
+    const b = await create(w1);
+    // both were stopped before any VM was spawned; `a` got a start afterwards (acknowledged)
+    for (const id of [a, b]) {
+      await w1.s.store.tx((tx) =>
+        tx.instances.update(id, {
+          state: 'stopping',
+          desired: id === a ? 'running' : 'stopped',
+          stop_request: { force: false, drain_until: null, by: 'user' },
+          runtime: {},
+        }),
+      );
+    }
+    await close(w1);
+    const w2 = await world({}, dir);
+    await settle(w2);
+    assert.ok(w2.d.running.has(a), 'the acknowledged start is kept: it boots');
+    assert.equal((await rec(w2, a)).desired, 'running');
+    const rb = await rec(w2, b);
+    assert.equal(rb.state, 'stopped');
+    assert.equal(rb.stop_reason, 15, 'a user stop, not an unknown end');
+  });
+});
+
 describe('volumes', () => {
   /** A persistent volume with a real ext4 image (the boot checks it with e2fsck), available. */
   async function volume(w: World): Promise<string> {

@@ -152,6 +152,10 @@ export class MachineController implements Controller {
           { id: inst.id, pid: rt.pid, alive },
           alive ? 'adopted running VM' : 'VM ended while the daemon was down',
         );
+      } else if (inst.state === 'stopping' || inst.state === 'draining') {
+        // A stop with no VM (it never booted, or the daemon died around the kill): the stop is
+        // complete, unless a start came meanwhile (acknowledged: it must not be lost).
+        await this.stopUnbooted(inst);
       } else if (inst.state !== 'stopped' && inst.state !== 'standby' && inst.state !== 'starting') {
         await this.settleVanished(inst, 'the VM was not running when the daemon started');
       }

@@ -1,0 +1,162 @@
+/**
+ * The crash harness's checker: after the last restart and convergence, every
+ * acknowledged write is compared with what the daemon answers, and the host
+ * with what the store knows (QEMU processes, taps, nftables elements, files).
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { request } from 'undici';
+import { tapName } from '../../src/network/host.js';
+import type { Ledger } from './workload.js';
+
+type Row = Record<string, unknown>;
+
+export interface CheckResult {
+  lost: string[];
+  leftovers: string[];
+  notConverged: string[];
+}
+
+async function list(url: string, token: string, path: string, plural: string): Promise<Row[]> {
+  const out: Row[] = [];
+  let from: string | undefined;
+  for (;;) {
+    const q = new URLSearchParams({ count: '100', details: 'true', ...(from ? { from } : {}) });
+    const r = await request(`${url}${path}?${q}`, { headers: { authorization: `Bearer ${token}` } });
+    const b = (await r.body.json()) as { data?: Record<string, Row[]> };
+    const page = b.data?.[plural] ?? [];
+    out.push(...page);
+    if (page.length < 100) return out;
+    from = String(page[page.length - 1]!.uuid);
+  }
+}
+
+/** One object by uuid, with details (lists leave some fields out, e.g. a volume's `attached_to`). */
+async function one(url: string, token: string, path: string, plural: string, uuid: string): Promise<Row | undefined> {
+  const q = new URLSearchParams({ uuid, details: 'true' });
+  const r = await request(`${url}${path}?${q}`, { headers: { authorization: `Bearer ${token}` } });
+  const b = (await r.body.json()) as { status?: string; data?: Record<string, Row[]> };
+  return b.status === 'success' ? b.data?.[plural]?.[0] : undefined;
+}
+
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return !readFileSync(`/proc/${pid}/stat`, 'utf8').includes(') Z ');
+  } catch {
+    return false;
+  }
+};
+
+/** QEMU processes whose command line names this data dir: pid → instance id (from its runtime dir). */
+function qemusOf(dataDir: string): Map<number, string> {
+  const out = new Map<number, string>();
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    let cmd = '';
+    try {
+      cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8');
+    } catch {
+      continue;
+    }
+    if (!cmd.includes('qemu-system') || !cmd.includes(dataDir) || !alive(Number(p))) continue;
+    const m = /instances\/([0-9a-f-]{36})/.exec(cmd);
+    out.set(Number(p), m ? m[1]! : '?');
+  }
+  return out;
+}
+
+/** Instances in a state that is not an end state, or whose VM does not match its state. */
+export async function converged(dataDir: string): Promise<string[]> {
+  const db = new Database(join(dataDir, 'unihost.db'), { readonly: true, fileMustExist: true });
+  try {
+    const rows = db.prepare('SELECT id, name, state, desired, runtime, restart_next_at FROM instances').all() as Row[];
+    const out: string[] = [];
+    const qemus = qemusOf(dataDir);
+    const pidsOf = new Map<string, number[]>();
+    for (const [pid, id] of qemus) pidsOf.set(id, [...(pidsOf.get(id) ?? []), pid]);
+    for (const r of rows) {
+      const pid = (JSON.parse(String(r.runtime ?? '{}')) as { pid?: number }).pid;
+      const where = `${String(r.name)} (${String(r.id)}): state ${String(r.state)}, desired ${String(r.desired)}`;
+      if (!['running', 'stopped', 'standby'].includes(String(r.state))) out.push(`${where}: not settled`);
+      else if (r.state === 'running' && !(pid && alive(pid))) out.push(`${where}: running without a live VM`);
+      else if (r.state !== 'running' && (pidsOf.get(String(r.id))?.length ?? 0) > 0)
+        out.push(`${where}: a VM runs (${pidsOf.get(String(r.id))!.join(', ')})`);
+      else if (r.state === 'stopped' && r.desired === 'running' && r.restart_next_at === null)
+        out.push(`${where}: wanted running, nothing will start it`);
+    }
+    return out;
+  } finally {
+    db.close();
+  }
+}
+
+export async function check(url: string, token: string, dataDir: string, ledger: Ledger): Promise<CheckResult> {
+  const lost: string[] = [];
+  const instances = new Map((await list(url, token, '/v1/instances', 'instances')).map((i) => [String(i.uuid), i]));
+  const volumes = new Map((await list(url, token, '/v1/volumes', 'volumes')).map((v) => [String(v.uuid), v]));
+  const groups = new Map((await list(url, token, '/v1/services', 'service_groups')).map((g) => [String(g.uuid), g]));
+
+  for (const [id, m] of ledger.instances) {
+    const got = instances.get(id);
+    if (m.exists === true && !got) lost.push(`instance ${m.name}: created, not deleted, but gone`);
+    if (m.exists === false && got) lost.push(`instance ${m.name}: deleted, but back`);
+    if (m.exists !== true || !got) continue;
+    const why = () =>
+      `stop_reason ${String(got.stop_reason)}, exit_code ${String(got.exit_code)}, start_count ${String(got.start_count)}, restart_count ${String(got.restart_count)}`;
+    if (m.desired === 'running' && got.state !== 'running')
+      lost.push(`instance ${m.name} (${id}): last acknowledged start, now ${String(got.state)}: ${why()}`);
+    if (m.desired === 'stopped' && got.state !== 'stopped')
+      lost.push(`instance ${m.name} (${id}): last acknowledged stop, now ${String(got.state)}: ${why()}`);
+  }
+  for (const [id, m] of ledger.volumes) {
+    const got = volumes.get(id);
+    if (m.exists === true && !got) lost.push(`volume ${m.name}: created, not deleted, but gone`);
+    if (m.exists === false && got) lost.push(`volume ${m.name}: deleted, but back`);
+    if (m.exists !== true || !got || m.attachedTo === '?') continue;
+    const full = await one(url, token, '/v1/volumes', 'volumes', id);
+    const to = ((full?.attached_to as { uuid: string }[] | undefined) ?? [])[0]?.uuid ?? null;
+    if (to !== m.attachedTo) {
+      const i = m.attachedTo ? ledger.instances.get(m.attachedTo) : undefined;
+      const now = m.attachedTo ? instances.get(m.attachedTo) : undefined;
+      lost.push(
+        `volume ${m.name}: attached to ${String(to)}, acknowledged ${String(m.attachedTo)}` +
+          (i ? ` (${i.name}: ledger ${JSON.stringify(i)}, now ${now ? String(now.state) : 'gone'})` : ''),
+      );
+    }
+  }
+  for (const [id, m] of ledger.groups) {
+    if (m.exists === true && !groups.has(id)) lost.push(`group ${m.name}: created, not deleted, but gone`);
+    if (m.exists === false && groups.has(id)) lost.push(`group ${m.name}: deleted, but back`);
+  }
+
+  // Host leftovers: anything of this data dir that the store does not know.
+  const leftovers: string[] = [];
+  const known = new Set(instances.keys());
+  for (const [pid, id] of qemusOf(dataDir))
+    if (!known.has(id)) leftovers.push(`QEMU pid ${pid} of unknown instance ${id}`);
+  const taps = new Set([...known].map((id) => tapName(id)));
+  const links = JSON.parse(execFileSync('ip', ['-j', 'link', 'show'], { encoding: 'utf8' })) as { ifname: string }[];
+  for (const l of links)
+    if (/^uh[0-9a-f]{12}$/.test(l.ifname) && !taps.has(l.ifname)) leftovers.push(`tap ${l.ifname}`);
+  let rules = '';
+  try {
+    rules = execFileSync('nft', ['list', 'table', 'bridge', 'unihost'], { encoding: 'utf8' });
+  } catch {
+    /* no table: nothing left */
+  }
+  for (const t of new Set(rules.match(/uh[0-9a-f]{12}/g) ?? []))
+    if (!taps.has(t)) leftovers.push(`nftables element for tap ${t}`);
+  const dir = join(dataDir, 'instances');
+  if (existsSync(dir))
+    for (const id of readdirSync(dir)) if (!known.has(id)) leftovers.push(`instance directory ${id}`);
+  const vdir = join(dataDir, 'volumes');
+  if (existsSync(vdir))
+    for (const f of readdirSync(vdir)) {
+      const id = f.replace(/\.ext4$/, '');
+      if (!volumes.has(id)) leftovers.push(`volume file ${f}`);
+    }
+  return { lost, leftovers, notConverged: await converged(dataDir) };
+}

@@ -1,0 +1,32 @@
+/**
+ * The short form of the crash-consistency harness (test/crash/run.ts) that
+ * the test command runs: a fixed seed, a few hundred mixed operations from
+ * concurrent clients and a few SIGKILLs of the daemon (and of QEMUs), then
+ * the checker: nothing acknowledged lost, nothing left on the host that the
+ * store does not know, every instance converged. The long form (1,000+
+ * operations, 30 kills) is `npx tsx test/crash/run.ts`.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
+import { describeReport, runCrash } from './run.js';
+
+if (!insideTestNetns()) {
+  runInTestNetns(
+    import.meta.url,
+    'crash consistency: SIGKILLs of the daemon during mixed operations lose nothing (short form)',
+    !canRunNetns() && 'needs root, ip, nft, QEMU and mkfs.ext4',
+  );
+} else {
+  test('SIGKILLs of the daemon and of QEMUs during mixed operations: nothing lost, nothing left, all converged', async () => {
+    const seed = Number(process.env.UNIHOST_CRASH_SEED ?? 20261123);
+    const r = await runCrash({ ops: 200, kills: 5, clients: 4, seed, maxInstances: 1, say: () => undefined });
+    const text = describeReport(r);
+    process.stderr.write(`${text}\n`);
+    assert.ok(r.acknowledged > 50, `enough acknowledged writes to mean something:\n${text}`);
+    assert.ok(r.daemonKills >= 5, text);
+    assert.deepEqual(r.lost, [], text);
+    assert.deepEqual(r.leftovers, [], text);
+    assert.deepEqual(r.notConverged, [], text);
+  });
+}

@@ -1,0 +1,201 @@
+/**
+ * Crash-consistency harness (docs/security.md, "Crash consistency"):
+ * concurrent clients run mixed operations (create, start, stop, delete
+ * instances; create, delete, attach, detach volumes; create and delete
+ * service groups) against the real daemon with real QEMU guests while the
+ * daemon is killed with SIGKILL at random points, and sometimes a QEMU with
+ * it. After each kill the daemon is started again on the same data dir.
+ * At the end a checker compares every acknowledged write with the store and
+ * the host with the store: lost writes, leftovers (QEMU, taps, nftables
+ * elements, files) and instances that did not converge are counted.
+ *
+ *   npx tsx test/crash/run.ts [--ops 1000] [--kills 30] [--clients 8] [--seed N] [--max-instances 2]
+ *
+ * Needs root, ip, nft, QEMU and the test images (UNIHOST_GUEST_OUT or
+ * guest/out); runs itself inside a network namespace it creates and deletes.
+ * Exits 1 when anything was lost, left over or did not converge.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { insideTestNetns, runFileInNewNetns } from '../helpers/netns.js';
+import { guestOut, killLeaks } from '../helpers/vm.js';
+import { check, converged, type CheckResult } from './check.js';
+import { CrashDaemon } from './daemon.js';
+import { Client, Ledger, prng } from './workload.js';
+
+export interface CrashOptions {
+  ops: number;
+  kills: number;
+  clients: number;
+  seed: number;
+  maxInstances: number;
+  /** progress lines (stderr by default) */
+  say?: (line: string) => void;
+}
+
+export interface CrashReport extends CheckResult {
+  seed: number;
+  ops: number;
+  acknowledged: number;
+  unanswered: number;
+  refused: number;
+  daemonKills: number;
+  qemuKills: number;
+  instances: number;
+  volumes: number;
+  groups: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Runs the whole harness (inside a network namespace) and returns its counts. */
+export async function runCrash(o: CrashOptions): Promise<CrashReport> {
+  const say = o.say ?? ((l: string) => process.stderr.write(`${l}\n`));
+  const rnd = prng(o.seed);
+  const dataDir = mkdtempSync(join(tmpdir(), 'unihost-crash-'));
+  const d = new CrashDaemon({ dataDir, port: 7990, guestOut: guestOut() });
+  const ledger = new Ledger();
+  let daemonKills = 0;
+  let qemuKills = 0;
+  try {
+    const token = d.prepare();
+    await d.start(token);
+    // Clients wait on `upGate` while the daemon is down; the killer swaps it.
+    let upGate: Promise<void> = Promise.resolve();
+    // Kill points: operation counts, spread at random over the run.
+    const points = Array.from({ length: o.kills }, () => Math.floor(rnd() * o.ops)).sort((a, b) => a - b);
+    const clients = Array.from(
+      { length: o.clients },
+      (_, id) => new Client({ url: d.url, token, rnd, ledger, maxInstances: o.maxInstances, up: () => upGate, id }),
+    );
+    let started = 0;
+    const worker = async (c: Client): Promise<void> => {
+      while (started < o.ops) {
+        started++;
+        await c.step();
+      }
+    };
+    const killer = async (): Promise<void> => {
+      for (const at of points) {
+        while (ledger.ops < at && started < o.ops) await sleep(5);
+        if (started >= o.ops && ledger.ops >= o.ops) break;
+        await sleep(Math.floor(rnd() * 200)); // land anywhere: mid-request, mid-transaction, mid-boot
+        let reopen!: () => void;
+        upGate = new Promise<void>((r) => (reopen = r));
+        await d.kill();
+        daemonKills++;
+        if (rnd() < 0.3) {
+          const victims = qemuPids(dataDir);
+          const pid = victims[Math.floor(rnd() * victims.length)];
+          if (pid) {
+            try {
+              process.kill(pid, 'SIGKILL');
+              qemuKills++;
+            } catch {
+              /* already gone */
+            }
+          }
+        }
+        await d.start(token);
+        reopen();
+        if (daemonKills % 5 === 0) say(`  ${ledger.ops}/${o.ops} operations, ${daemonKills} daemon kills`);
+      }
+    };
+    await Promise.all([...clients.map(worker), killer()]);
+
+    // One more kill and start, then wait for every instance to settle.
+    await d.kill();
+    daemonKills++;
+    await d.start(token);
+    const end = Date.now() + 180_000;
+    let pending = await converged(dataDir);
+    while (pending.length > 0 && Date.now() < end) {
+      await sleep(500);
+      pending = await converged(dataDir);
+    }
+    const result = await check(d.url, token, dataDir, ledger);
+    return {
+      seed: o.seed,
+      ops: ledger.ops,
+      acknowledged: ledger.acknowledged,
+      unanswered: ledger.unanswered,
+      refused: ledger.refused,
+      daemonKills,
+      qemuKills,
+      instances: ledger.instances.size,
+      volumes: ledger.volumes.size,
+      groups: ledger.groups.size,
+      ...result,
+    };
+  } finally {
+    await d.kill();
+    killLeaks([dataDir]);
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+function qemuPids(dataDir: string): number[] {
+  try {
+    return execFileSync('pgrep', ['-f', `qemu-system.*${dataDir}`], { encoding: 'utf8' })
+      .split('\n')
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return []; // none
+  }
+}
+
+/** The counts as the harness prints them. */
+export function describeReport(r: CrashReport): string {
+  const lines = [
+    `seed ${r.seed}: ${r.ops} operations (${r.acknowledged} acknowledged, ${r.refused} refused, ${r.unanswered} unanswered by a killed daemon)`,
+    `objects: ${r.instances} instances, ${r.volumes} volumes, ${r.groups} groups created`,
+    `kills: ${r.daemonKills} daemon (SIGKILL), ${r.qemuKills} QEMU`,
+    `lost acknowledged writes: ${r.lost.length}`,
+    ...r.lost.map((l) => `  ${l}`),
+    `leftovers the store does not know: ${r.leftovers.length}`,
+    ...r.leftovers.map((l) => `  ${l}`),
+    `instances not converged: ${r.notConverged.length}`,
+    ...r.notConverged.map((l) => `  ${l}`),
+  ];
+  return lines.join('\n');
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      ops: { type: 'string', default: '1000' },
+      kills: { type: 'string', default: '30' },
+      clients: { type: 'string', default: '8' },
+      seed: { type: 'string' },
+      'max-instances': { type: 'string', default: '2' },
+    },
+  });
+  const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
+  const opts = {
+    ops: Number(values.ops),
+    kills: Number(values.kills),
+    clients: Number(values.clients),
+    seed,
+    maxInstances: Number(values['max-instances']),
+  };
+  process.stderr.write(`crash harness: ${JSON.stringify(opts)} (replay with --seed ${seed})\n`);
+  const r = await runCrash(opts);
+  console.log(describeReport(r));
+  process.exitCode = r.lost.length + r.leftovers.length + r.notConverged.length > 0 ? 1 : 0;
+}
+
+if (process.argv[1] && import.meta.filename === process.argv[1]) {
+  if (insideTestNetns()) await main();
+  else {
+    const r = runFileInNewNetns(import.meta.url, {
+      prefix: 'uhcrash',
+      args: process.argv.slice(2),
+      stdio: 'inherit',
+    });
+    process.exitCode = r.status ?? 1;
+  }
+}
