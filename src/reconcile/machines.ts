@@ -1,27 +1,18 @@
 import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Controller } from '../daemon.js';
-import { buildCmdline } from '../domain/cmdline.js';
-import { backoffMs, HEALTHY_AFTER_MS, shouldRestart } from '../domain/restart.js';
-import { imageBootFiles } from '../images/boot-files.js';
+import { HEALTHY_AFTER_MS } from '../domain/restart.js';
 import { ConsoleLog } from '../machines/console-log.js';
-import type {
-  Contract,
-  DriverFactory,
-  MachineDriver,
-  MachineEvent,
-  MachineRuntime,
-  MachineSpec,
-  Shutdown,
-} from '../machines/driver.js';
-import { STOP } from '../domain/instance-states.js';
-import { deriveStop, isFailure, vmmFailure, type StopInfo } from '../machines/stop-info.js';
+import type { DriverFactory, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../machines/driver.js';
+import { vmmFailure } from '../machines/stop-info.js';
 import type { Services } from '../services/index.js';
 import type { InstanceRec } from '../store/types.js';
 import type { NetworkHooks } from './network.js';
 import { checkVolumeFile } from './volumes.js';
 import { KeyedQueue, Timers, type TimerApi } from './engine.js';
 import { VmVolumes } from './machine-volumes.js';
+import { recordExitInTx, type ExitEvent } from './machine-exit.js';
+import { bootPlan, type BootPlan, type RuntimeRec } from './machine-plan.js';
 
 export interface MachineControllerOptions {
   services: Services;
@@ -41,23 +32,6 @@ export interface MachineControllerOptions {
 }
 
 const RETRY_MS = 5_000;
-
-interface BootPlan {
-  spec: MachineSpec;
-  netUs: number | null;
-  shutdown: Shutdown;
-  readyPorts: number[];
-}
-
-interface RuntimeRec extends MachineRuntime {
-  contract: Contract;
-  /** whether the kernel honours a shutdown request (image metadata) */
-  shutdown?: Shutdown;
-  /** TCP ports that must accept on the private IP before the instance is running */
-  readyPorts?: number[];
-  /** when the graceful stop request was sent (ms), for escalation */
-  stopSentAt?: number;
-}
 
 /**
  * Drives instances' VMs to match the store (level-based): boots instances in
@@ -80,7 +54,7 @@ export class MachineController implements Controller {
   private off: (() => void) | null = null;
   private closed = false;
   /** VM ends seen but not yet recorded in the store, per instance */
-  private readonly unrecordedExits = new Map<string, Extract<MachineEvent, { type: 'exit' }>>();
+  private readonly unrecordedExits = new Map<string, ExitEvent>();
   /** running readiness probes, per instance: aborted when the VM ends or the daemon stops */
   private readonly probes = new Map<string, AbortController>();
   private readonly vmVolumes = new VmVolumes();
@@ -355,47 +329,6 @@ export class MachineController implements Controller {
     }
   }
 
-  private async bootSpec(inst: InstanceRec, t0: number): Promise<BootPlan> {
-    const img = await imageBootFiles(this.s.paths, inst.image);
-    const nic = this.o.network ? await this.o.network.attach(inst) : undefined;
-    const netUs = nic ? Math.max(0, Math.round((this.now() - t0) * 1000)) : null;
-    const volumes = await this.s.store.read((tx) => tx.volumes.forInstance(inst.id));
-    const spec: MachineSpec = {
-      id: inst.id,
-      dir: this.s.paths.instance(inst.id),
-      kernel: img.kernel,
-      initrd: img.initrd,
-      cmdline: buildCmdline({
-        kernelArgs: img.kernelArgs,
-        netdevIp: nic?.netdevIp,
-        env: { ...img.env, ...inst.env },
-        mounts: volumes.map((v, i) => ({ tag: `vol${i}`, at: v.at ?? '/data', readonly: v.readonly })),
-        args: inst.args.length > 0 ? inst.args : img.args,
-      }),
-      memoryMb: inst.memory_mb,
-      machine: img.machine,
-      firmware: img.firmware,
-      contract: img.contract,
-      disks: volumes.map((v, i) => ({ path: this.s.paths.volume(v.id), tag: `vol${i}`, readonly: v.readonly })),
-      ...(nic ? { nic: { tap: nic.tap, mac: nic.mac } } : {}),
-    };
-    const readyPorts = nic ? await this.readyPorts(inst, img.ports) : [];
-    return { spec, netUs, shutdown: img.shutdown, readyPorts };
-  }
-
-  /**
-   * Ports whose opening makes the instance running: the destination ports of
-   * its service group, else the ports its image declares (docs/machines.md).
-   */
-  private async readyPorts(inst: InstanceRec, imagePorts: number[]): Promise<number[]> {
-    if (!inst.service_group_id) return imagePorts;
-    const g = await this.s.store.read((tx) => tx.groups.getAnyUser(inst.service_group_id!));
-    // a `redirect` service answers at the gateway and never reaches the instance
-    const forwarded = (g?.services ?? []).filter((sv) => !sv.handlers.includes('redirect'));
-    const ports = new Set(forwarded.map((sv) => sv.destination_port));
-    return ports.size > 0 ? [...ports].sort((a, b) => a - b) : imagePorts;
-  }
-
   /** Removes the instance's tap; a failure is logged, never fatal (the next start re-creates it). */
   private async detachNet(id: string): Promise<void> {
     try {
@@ -421,7 +354,7 @@ export class MachineController implements Controller {
           throw new Error(`volume '${v.name}': ${problem}`);
         }
       }
-      plan = await this.bootSpec(inst, t0);
+      plan = await bootPlan(this.s, this.o.network, inst, t0, () => this.now());
       this.vmVolumes.track(
         inst.id,
         volumes.map((v) => v.id),
@@ -528,71 +461,12 @@ export class MachineController implements Controller {
     this.probes.delete(id);
   }
 
-  /** What the host observed, mapped to the stop fields (docs/guest-contract.md §4). */
-  private stopInfo(inst: InstanceRec, rt: Partial<RuntimeRec>, ev: Extract<MachineEvent, { type: 'exit' }>): StopInfo {
-    const req = inst.stop_request;
-    const forced = req?.force ?? false;
-    if (!forced && vmmFailure(ev, ev.console)) return { stop_reason: 4, exit_code: null, stop_code: null };
-    return deriveStop({
-      control: ev.control,
-      status: ev.status,
-      panicked: ev.panicked,
-      initiator: req ? req.by : 'none',
-      forced,
-      console: ev.console,
-      contract: rt.contract ?? 'unihost',
-    });
-  }
-
-  /**
-   * Records a VM's end and decides on a restart, inside one transaction on
-   * the current record (a stop or start request may have landed meanwhile).
-   */
-  private async onExit(
-    inst: InstanceRec,
-    rt: Partial<RuntimeRec>,
-    ev: Extract<MachineEvent, { type: 'exit' }>,
-  ): Promise<void> {
+  /** Records a VM's end (src/reconcile/machine-exit.ts) and logs what was decided. */
+  private async onExit(inst: InstanceRec, rt: Partial<RuntimeRec>, ev: ExitEvent): Promise<void> {
     const failure = vmmFailure(ev, ev.console);
     if (failure) this.note(inst.id, `the VMM failed: ${failure}`);
     const now = this.now();
-    const done = await this.s.store.tx(async (tx) => {
-      const cur = await tx.instances.getAny(inst.id);
-      if (!cur) return null;
-      const info = this.stopInfo(cur, rt, ev);
-      const req = cur.stop_request;
-      const wanted = cur.desired === 'running';
-      // Only ends from inside the instance count; a VMM failure (4) is the platform's and is not retried.
-      const initiator = req ? req.by : info.stop_reason & STOP.P ? 'platform' : 'none';
-      const restart = wanted && shouldRestart(cur.restart_policy, initiator, isFailure(info));
-      // A start that arrived while the VM was being stopped: boot again at once (not a restart by policy).
-      const startAgain = wanted && !restart && req !== null;
-      const delay = restart ? backoffMs(cur.restart_attempt) : 0;
-      for (const v of await tx.volumes.forInstance(cur.id))
-        if (v.state === 'mounted') await tx.volumes.update(v.id, { state: 'idle' });
-      if (cur.features.includes('delete-on-stop') && !restart && !startAgain) {
-        await this.s.instances.deleteInTx(tx, (await tx.users.get(cur.user_id))!, cur);
-        return { info, restart, delay };
-      }
-      const startedAt = cur.started_at ? Date.parse(cur.started_at) : ev.at;
-      // scale-to-zero: the idle master waits in standby for traffic (unless a start came meanwhile)
-      const standby = req?.standby === true && !restart && !startAgain;
-      const patch: Partial<InstanceRec> = {
-        ...info,
-        state: standby ? 'standby' : 'stopped',
-        desired: restart || startAgain ? 'running' : 'stopped',
-        stopped_at: new Date(ev.at).toISOString(),
-        uptime_ms: cur.uptime_ms + Math.max(0, ev.at - startedAt),
-        stop_request: null,
-        runtime: {},
-      };
-      if (restart) {
-        patch.restart_attempt = cur.restart_attempt + 1;
-        patch.restart_next_at = new Date(now + delay).toISOString();
-      } else if (startAgain) patch.restart_next_at = new Date(now).toISOString();
-      await tx.instances.update(cur.id, patch);
-      return { info, restart, delay };
-    });
+    const done = await this.s.store.tx((tx) => recordExitInTx(tx, this.s, inst.id, rt, ev, now));
     // The tap stays until the instance is deleted: the next start or wake finds it ready.
     this.unrecordedExits.delete(inst.id);
     if (done) this.o.log.info({ id: inst.id, ...done.info, restart: done.restart, delay: done.delay }, 'VM stopped');

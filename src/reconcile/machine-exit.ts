@@ -1,0 +1,77 @@
+import { STOP } from '../domain/instance-states.js';
+import { backoffMs, shouldRestart } from '../domain/restart.js';
+import type { MachineEvent } from '../machines/driver.js';
+import { deriveStop, isFailure, vmmFailure, type StopInfo } from '../machines/stop-info.js';
+import type { Services } from '../services/index.js';
+import type { InstanceRec, Tx } from '../store/types.js';
+import type { RuntimeRec } from './machine-plan.js';
+
+export type ExitEvent = Extract<MachineEvent, { type: 'exit' }>;
+
+/** What the host observed of a VM's end, mapped to the stop fields (docs/guest-contract.md §4). */
+export function stopInfoOf(inst: InstanceRec, rt: Partial<RuntimeRec>, ev: ExitEvent): StopInfo {
+  const req = inst.stop_request;
+  const forced = req?.force ?? false;
+  if (!forced && vmmFailure(ev, ev.console)) return { stop_reason: 4, exit_code: null, stop_code: null };
+  return deriveStop({
+    control: ev.control,
+    status: ev.status,
+    panicked: ev.panicked,
+    initiator: req ? req.by : 'none',
+    forced,
+    console: ev.console,
+    contract: rt.contract ?? 'unihost',
+  });
+}
+
+/**
+ * Records a VM's end on the current record (a stop or start request may have
+ * landed meanwhile) and decides on a restart, inside `tx`: the stop fields,
+ * `stopped` (or `standby` for scale-to-zero), a restart by policy with its
+ * back-off, a start that came during the stop, delete-on-stop. Returns what
+ * was decided, or null when the instance is gone.
+ */
+export async function recordExitInTx(
+  tx: Tx,
+  s: Services,
+  id: string,
+  rt: Partial<RuntimeRec>,
+  ev: ExitEvent,
+  now: number,
+): Promise<{ info: StopInfo; restart: boolean; delay: number } | null> {
+  const cur = await tx.instances.getAny(id);
+  if (!cur) return null;
+  const info = stopInfoOf(cur, rt, ev);
+  const req = cur.stop_request;
+  const wanted = cur.desired === 'running';
+  // Only ends from inside the instance count; a VMM failure (4) is the platform's and is not retried.
+  const initiator = req ? req.by : info.stop_reason & STOP.P ? 'platform' : 'none';
+  const restart = wanted && shouldRestart(cur.restart_policy, initiator, isFailure(info));
+  // A start that arrived while the VM was being stopped: boot again at once (not a restart by policy).
+  const startAgain = wanted && !restart && req !== null;
+  const delay = restart ? backoffMs(cur.restart_attempt) : 0;
+  for (const v of await tx.volumes.forInstance(cur.id))
+    if (v.state === 'mounted') await tx.volumes.update(v.id, { state: 'idle' });
+  if (cur.features.includes('delete-on-stop') && !restart && !startAgain) {
+    await s.instances.deleteInTx(tx, (await tx.users.get(cur.user_id))!, cur);
+    return { info, restart, delay };
+  }
+  const startedAt = cur.started_at ? Date.parse(cur.started_at) : ev.at;
+  // scale-to-zero: the idle master waits in standby for traffic (unless a start came meanwhile)
+  const standby = req?.standby === true && !restart && !startAgain;
+  const patch: Partial<InstanceRec> = {
+    ...info,
+    state: standby ? 'standby' : 'stopped',
+    desired: restart || startAgain ? 'running' : 'stopped',
+    stopped_at: new Date(ev.at).toISOString(),
+    uptime_ms: cur.uptime_ms + Math.max(0, ev.at - startedAt),
+    stop_request: null,
+    runtime: {},
+  };
+  if (restart) {
+    patch.restart_attempt = cur.restart_attempt + 1;
+    patch.restart_next_at = new Date(now + delay).toISOString();
+  } else if (startAgain) patch.restart_next_at = new Date(now).toISOString();
+  await tx.instances.update(cur.id, patch);
+  return { info, restart, delay };
+}

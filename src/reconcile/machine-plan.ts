@@ -1,0 +1,77 @@
+import { buildCmdline } from '../domain/cmdline.js';
+import { imageBootFiles } from '../images/boot-files.js';
+import type { Contract, MachineRuntime, MachineSpec, Shutdown } from '../machines/driver.js';
+import type { Services } from '../services/index.js';
+import type { InstanceRec } from '../store/types.js';
+import type { NetworkHooks } from './network.js';
+
+/** What a boot needs: the driver's spec, the tap's set-up time, shutdown behaviour, readiness ports. */
+export interface BootPlan {
+  spec: MachineSpec;
+  netUs: number | null;
+  shutdown: Shutdown;
+  readyPorts: number[];
+}
+
+/** The driver's runtime facts plus what the controller keeps beside them in `runtime`. */
+export interface RuntimeRec extends MachineRuntime {
+  contract: Contract;
+  /** whether the kernel honours a shutdown request (image metadata) */
+  shutdown?: Shutdown;
+  /** TCP ports that must accept on the private IP before the instance is running */
+  readyPorts?: number[];
+  /** when the graceful stop request was sent (ms), for escalation */
+  stopSentAt?: number;
+}
+
+/**
+ * Plans the boot of `inst`: the image's boot files, its NIC (the network
+ * attaches the tap, timed from `t0` with `now`), its volumes as disks and
+ * mounts, the kernel command line, and the ports that mean ready.
+ */
+export async function bootPlan(
+  s: Services,
+  network: NetworkHooks | undefined,
+  inst: InstanceRec,
+  t0: number,
+  now: () => number,
+): Promise<BootPlan> {
+  const img = await imageBootFiles(s.paths, inst.image);
+  const nic = network ? await network.attach(inst) : undefined;
+  const netUs = nic ? Math.max(0, Math.round((now() - t0) * 1000)) : null;
+  const volumes = await s.store.read((tx) => tx.volumes.forInstance(inst.id));
+  const spec: MachineSpec = {
+    id: inst.id,
+    dir: s.paths.instance(inst.id),
+    kernel: img.kernel,
+    initrd: img.initrd,
+    cmdline: buildCmdline({
+      kernelArgs: img.kernelArgs,
+      netdevIp: nic?.netdevIp,
+      env: { ...img.env, ...inst.env },
+      mounts: volumes.map((v, i) => ({ tag: `vol${i}`, at: v.at ?? '/data', readonly: v.readonly })),
+      args: inst.args.length > 0 ? inst.args : img.args,
+    }),
+    memoryMb: inst.memory_mb,
+    machine: img.machine,
+    firmware: img.firmware,
+    contract: img.contract,
+    disks: volumes.map((v, i) => ({ path: s.paths.volume(v.id), tag: `vol${i}`, readonly: v.readonly })),
+    ...(nic ? { nic: { tap: nic.tap, mac: nic.mac } } : {}),
+  };
+  const readyPorts = nic ? await readyPortsOf(s, inst, img.ports) : [];
+  return { spec, netUs, shutdown: img.shutdown, readyPorts };
+}
+
+/**
+ * Ports whose opening makes the instance running: the destination ports of
+ * its service group, else the ports its image declares (docs/machines.md).
+ */
+async function readyPortsOf(s: Services, inst: InstanceRec, imagePorts: number[]): Promise<number[]> {
+  if (!inst.service_group_id) return imagePorts;
+  const g = await s.store.read((tx) => tx.groups.getAnyUser(inst.service_group_id!));
+  // a `redirect` service answers at the gateway and never reaches the instance
+  const forwarded = (g?.services ?? []).filter((sv) => !sv.handlers.includes('redirect'));
+  const ports = new Set(forwarded.map((sv) => sv.destination_port));
+  return ports.size > 0 ? [...ports].sort((a, b) => a - b) : imagePorts;
+}
