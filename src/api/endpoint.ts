@@ -2,11 +2,12 @@ import { type Static, type TObject, type TSchema } from '@sinclair/typebox';
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import type { UserRec } from '../store/types.js';
 import type { Services } from '../services/index.js';
+import type { Target } from '../domain/refs.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 
-/** Which object an entry targets, after validation (names lower-cased). */
-export type Target = { uuid: string; name?: undefined } | { name: string; uuid?: undefined };
+/** Which object an entry targets (src/domain/refs.ts: services take it too, without importing the API). */
+export type { Target };
 
 export interface Ctx {
   user: UserRec;

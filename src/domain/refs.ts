@@ -1,5 +1,8 @@
 import { err } from '../errors.js';
 
+/** Which object an entry targets, after validation (names lower-cased): the API hands it to the services. */
+export type Target = { uuid: string; name?: undefined } | { name: string; uuid?: undefined };
+
 /** A reference to another object inside a request body: `{uuid}` or `{name}`. */
 export interface Ref {
   uuid?: string;

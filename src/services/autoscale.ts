@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Target } from '../api/endpoint.js';
+import type { Target } from '../domain/refs.js';
 import { NEVER_RUN, nextState } from '../domain/instance-states.js';
 import { allocateIp, macFor } from '../domain/ipam.js';
 import { NAME_MAX, randomSuffix } from '../domain/names.js';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Target } from '../api/endpoint.js';
+import type { Target } from '../domain/refs.js';
 import { ChallengeAnswers } from '../certs/challenges.js';
 import { CertFiles } from '../certs/files.js';
 import { checkUpload, nameCovers, normalizeName } from '../certs/pem.js';
@@ -8,20 +8,9 @@ import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
 import type { CertificateRec, Tx, UserRec } from '../store/types.js';
 import type { Deps } from './index.js';
+import { findCertificate } from './lookup.js';
 
-export async function findCertificate(tx: Tx, user: UserRec, t: Target): Promise<CertificateRec> {
-  const c =
-    t.uuid !== undefined
-      ? await tx.certificates.get(user.id, t.uuid)
-      : await tx.certificates.getByName(user.id, t.name);
-  if (!c) {
-    throw err(
-      'UH_NOT_FOUND',
-      t.uuid !== undefined ? `No certificate with UUID '${t.uuid}'` : `No certificate with name '${t.name}'`,
-    );
-  }
-  return c;
-}
+export { findCertificate };
 
 /** Whether a certificate covers `fqdn`: its issued names, else (nothing issued yet) its common name. */
 export function certCovers(c: Pick<CertificateRec, 'common_name' | 'names'>, fqdn: string): boolean {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Target } from '../api/endpoint.js';
+import type { Target } from '../domain/refs.js';
 import { checkName, randomSuffix, serviceGroupDefaultName } from '../domain/names.js';
 import { checkServices, type ServiceIn } from '../domain/ports.js';
 import { refTarget } from '../domain/refs.js';
@@ -7,6 +7,7 @@ import { err } from '../errors.js';
 import type { ServiceEntry, ServiceGroupRec, Tx, UserRec } from '../store/types.js';
 import type { Deps } from './index.js';
 import { assertQuota } from './users.js';
+import { findGroup } from './lookup.js';
 
 export interface DomainIn {
   name: string;
@@ -19,16 +20,7 @@ export interface GroupDescription {
   domains?: DomainIn[];
 }
 
-export async function findGroup(tx: Tx, user: UserRec, t: Target): Promise<ServiceGroupRec> {
-  const g = t.uuid !== undefined ? await tx.groups.get(user.id, t.uuid) : await tx.groups.getByName(user.id, t.name);
-  if (!g) {
-    throw err(
-      'UH_NOT_FOUND',
-      t.uuid !== undefined ? `No service group with UUID '${t.uuid}'` : `No service group with name '${t.name}'`,
-    );
-  }
-  return g;
-}
+export { findGroup };
 
 /**
  * Turns a requested domain name into an FQDN (stored without the trailing

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import type { Target } from '../api/endpoint.js';
+import type { Target } from '../domain/refs.js';
 import { isLive } from '../domain/instance-states.js';
 import { tapName } from '../network/host.js';
 import type { UserRec } from '../store/types.js';

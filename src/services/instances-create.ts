@@ -10,7 +10,7 @@ import type { Deps } from './index.js';
 import type { GroupDescription } from './groups.js';
 import { assertHostCapacity } from './capacity.js';
 import { assertQuota, effectiveQuotas } from './users.js';
-import { checkMountPath } from './volumes.js';
+import { checkMountPath } from '../domain/mount-path.js';
 
 export interface VolumeSpec {
   uuid?: string;

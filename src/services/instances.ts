@@ -1,4 +1,4 @@
-import type { Target } from '../api/endpoint.js';
+import type { Target } from '../domain/refs.js';
 import {
   describeStop,
   isLive,
@@ -16,6 +16,7 @@ import { assertHostCapacity } from './capacity.js';
 import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
 import { controllerWith } from './controller-access.js';
+import { findInstance } from './lookup.js';
 
 /** What the autoscale controller offers (src/reconcile/autoscale.ts). */
 interface CpuMetric {
@@ -27,18 +28,7 @@ export interface StopParams {
   drain_timeout_ms?: number;
 }
 
-/** Resolves a target to one of the user's instances; another user's instance is "missing". */
-export async function findInstance(tx: Tx, user: UserRec, t: Target): Promise<InstanceRec> {
-  const inst =
-    t.uuid !== undefined ? await tx.instances.get(user.id, t.uuid) : await tx.instances.getByName(user.id, t.name);
-  if (!inst) {
-    throw err(
-      'UH_NOT_FOUND',
-      t.uuid !== undefined ? `No instance with UUID '${t.uuid}'` : `No instance with name '${t.name}'`,
-    );
-  }
-  return inst;
-}
+export { findInstance };
 
 /** Instance lifecycle: records intent in the store; the machine controller makes it so. */
 export class InstanceService {

@@ -1,34 +1,17 @@
 import { randomUUID } from 'node:crypto';
-import type { Target } from '../api/endpoint.js';
+import type { Target } from '../domain/refs.js';
 import { volumeDefaultName } from '../domain/names.js';
 import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
 import type { InstanceRec, Tx, UserRec, VolumeRec, VolumeState } from '../store/types.js';
 import type { Deps } from './index.js';
-import { findInstance } from './instances.js';
+import { checkMountPath } from '../domain/mount-path.js';
+import { findInstance, findVolume } from './lookup.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 
-export async function findVolume(tx: Tx, user: UserRec, t: { uuid?: string; name?: string }): Promise<VolumeRec> {
-  const v =
-    t.uuid !== undefined ? await tx.volumes.get(user.id, t.uuid) : await tx.volumes.getByName(user.id, t.name ?? '');
-  if (!v)
-    throw err(
-      'UH_NOT_FOUND',
-      t.uuid !== undefined ? `No volume with UUID '${t.uuid}'` : `No volume with name '${t.name}'`,
-    );
-  return v;
-}
+export { findVolume };
 
-/** Mount path rules: absolute, no `.`/`..` components, no colons (api-v1.md, PUT attach). */
-export function checkMountPath(at: string): void {
-  if (!at.startsWith('/')) throw err('UH_INVALID', `mount path '${at}' must be absolute`);
-  if (at.includes(':')) throw err('UH_INVALID', `mount path '${at}' must not contain colons`);
-  if (at.split('/').some((c) => c === '.' || c === '..'))
-    throw err('UH_INVALID', `mount path '${at}' must not contain '.' or '..' components`);
-  if (at === '/') throw err('UH_INVALID', "mount path must not be '/'");
-  if (/[\s"'\\[\]]/.test(at))
-    throw err('UH_INVALID', `mount path '${at}' must not contain whitespace, quotes, backslashes or brackets`);
-}
+export { checkMountPath };
 
 export interface AttachIn {
   attach_to: { uuid?: string; name?: string };
