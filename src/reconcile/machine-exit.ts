@@ -75,3 +75,31 @@ export async function recordExitInTx(
   await tx.instances.update(cur.id, patch);
   return { info, restart, delay };
 }
+
+/** The record of a stop (or a boot that timed out) made forced, keeping who initiated it. */
+export function escalatedStop(inst: InstanceRec): Partial<InstanceRec> {
+  return {
+    state: 'stopping',
+    // a boot timeout is the platform's stop; an escalated stop keeps a start that came meanwhile
+    desired: inst.stop_request ? inst.desired : 'stopped',
+    stop_request: {
+      force: true,
+      drain_until: null,
+      by: inst.stop_request?.by ?? 'platform',
+      // scale-to-zero of a kernel that ignores shutdown: still standby once it is down
+      ...(inst.stop_request?.standby ? { standby: true } : {}),
+    },
+  };
+}
+
+/** A restart by policy whose back-off has passed: started again in `tx` (live quotas apply; throws when refused). */
+export async function restartInTx(tx: Tx, s: Services, id: string): Promise<void> {
+  const cur = await tx.instances.getAny(id);
+  if (!cur || cur.state !== 'stopped' || cur.desired !== 'running') return;
+  const user = (await tx.users.get(cur.user_id))!;
+  await s.instances.startInTx(tx, user, cur, false);
+  // A restart by policy is counted when it happens; a start that came during a stop (attempt 0,
+  // since a manual start resets the sequence) is no restart.
+  const restarted = cur.restart_attempt > 0 ? 1 : 0;
+  await tx.instances.update(cur.id, { restart_next_at: null, restart_count: cur.restart_count + restarted });
+}

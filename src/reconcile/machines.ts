@@ -11,8 +11,9 @@ import type { NetworkHooks } from './network.js';
 import { checkVolumeFile } from './volumes.js';
 import { KeyedQueue, Timers, type TimerApi } from './engine.js';
 import { VmVolumes } from './machine-volumes.js';
-import { recordExitInTx, type ExitEvent } from './machine-exit.js';
+import { escalatedStop, recordExitInTx, restartInTx, type ExitEvent } from './machine-exit.js';
 import { bootPlan, type BootPlan, type RuntimeRec } from './machine-plan.js';
+import { killStrays, settleVanishedInTx, stopWithoutVmInTx } from './machine-adopt.js';
 
 export interface MachineControllerOptions {
   services: Services;
@@ -110,7 +111,9 @@ export class MachineController implements Controller {
   private async adoptAll(): Promise<void> {
     const all = await this.s.store.read((tx) => tx.instances.all());
     const known = new Set(all.map((i) => i.id));
-    await this.killStrays(all);
+    await killStrays(this.driver, join(this.s.config.dataDir, 'instances'), all, this.o.log, (id, m) =>
+      this.note(id, m),
+    );
     for (const inst of all) {
       const rt = inst.runtime as Partial<RuntimeRec>;
       if (rt.pid) {
@@ -129,9 +132,10 @@ export class MachineController implements Controller {
       } else if (inst.state === 'stopping' || inst.state === 'draining') {
         // A stop with no VM (it never booted, or the daemon died around the kill): the stop is
         // complete, unless a start came meanwhile (acknowledged: it must not be lost).
-        await this.stopUnbooted(inst);
+        await this.s.store.tx((tx) => stopWithoutVmInTx(tx, inst.id, this.now()));
       } else if (inst.state !== 'stopped' && inst.state !== 'standby' && inst.state !== 'starting') {
-        await this.settleVanished(inst, 'the VM was not running when the daemon started');
+        this.note(inst.id, 'the VM was not running when the daemon started');
+        await this.s.store.tx((tx) => settleVanishedInTx(tx, inst.id, this.now()));
       }
       this.kick(inst.id);
     }
@@ -140,41 +144,6 @@ export class MachineController implements Controller {
     if (existsSync(dir)) {
       for (const id of readdirSync(dir)) if (!known.has(id)) rmSync(join(dir, id), { recursive: true, force: true });
     }
-  }
-
-  /**
-   * Ends every VM of this data dir whose pid the store does not record: a
-   * daemon killed between spawning a VM and storing its pid (the instance
-   * is still `starting` and boots again), between a delete and the kill
-   * (no instance), or a duplicate. Killed, not adopted: the store lacks
-   * what adoption needs (spawn time, boot plan), and a boot repeats cheaply.
-   */
-  private async killStrays(all: InstanceRec[]): Promise<void> {
-    if (!this.driver.scan || !this.driver.killStray) return;
-    const pids = new Map(all.map((i) => [i.id, (i.runtime as Partial<RuntimeRec>).pid]));
-    for (const vm of this.driver.scan(join(this.s.config.dataDir, 'instances'))) {
-      if (pids.get(vm.id) === vm.pid) continue;
-      const gone = await this.driver.killStray(vm.pid);
-      const why = pids.has(vm.id) ? 'a VM the store does not record' : 'a VM of a deleted instance';
-      this.o.log.warn({ id: vm.id, pid: vm.pid, gone }, `killed ${why}`);
-      if (pids.has(vm.id)) this.note(vm.id, `killed ${why} (pid ${vm.pid}), left by a daemon crash`);
-    }
-  }
-
-  private async settleVanished(inst: InstanceRec, why: string): Promise<void> {
-    this.note(inst.id, why);
-    await this.s.store.tx(async (tx) => {
-      await tx.instances.update(inst.id, {
-        state: 'stopped',
-        desired: 'stopped',
-        stop_reason: 0,
-        exit_code: null,
-        stop_code: null,
-        stopped_at: new Date(this.now()).toISOString(),
-        stop_request: null,
-        runtime: {},
-      });
-    });
   }
 
   /** Appends a platform message to the instance's console log, so `GET log` shows why. */
@@ -201,7 +170,8 @@ export class MachineController implements Controller {
       const ended = this.unrecordedExits.get(id);
       if (ended && rt.pid) return this.onExit(inst, rt, ended);
       if (inst.state === 'starting' && inst.desired === 'running' && !rt.pid) return this.boot(inst);
-      if ((inst.state === 'stopping' || inst.state === 'draining') && !rt.pid) return this.stopUnbooted(inst);
+      if ((inst.state === 'stopping' || inst.state === 'draining') && !rt.pid)
+        return this.s.store.tx((tx) => stopWithoutVmInTx(tx, inst.id, now));
       if (inst.state === 'stopped' && inst.desired === 'running' && inst.restart_next_at) {
         const due = Date.parse(inst.restart_next_at);
         if (due > now) return this.timers.at(id, due, now);
@@ -266,63 +236,16 @@ export class MachineController implements Controller {
     }
   }
 
-  /**
-   * A stop of an instance whose VM was never spawned (its boot waited for a
-   * volume being formatted): nothing to shut down, so it is stopped at once
-   * with the fields of a stop without a VM (as from standby), or boots if a
-   * start came meanwhile.
-   */
-  private async stopUnbooted(inst: InstanceRec): Promise<void> {
-    await this.s.store.tx(async (tx) => {
-      const cur = await tx.instances.getAny(inst.id);
-      if (!cur || (cur.state !== 'stopping' && cur.state !== 'draining') || (cur.runtime as Partial<RuntimeRec>).pid)
-        return;
-      if (cur.desired === 'running') return tx.instances.update(cur.id, { state: 'starting', stop_request: null });
-      const req = cur.stop_request;
-      const user = req?.by !== 'platform';
-      await tx.instances.update(cur.id, {
-        state: req?.standby ? 'standby' : 'stopped',
-        stop_reason: req?.force ? (user ? 28 : 20) : user ? 15 : 7,
-        exit_code: null,
-        stop_code: null,
-        stopped_at: new Date(this.now()).toISOString(),
-        stop_request: null,
-      });
-    });
-  }
-
   /** Turns a stop (or a boot that timed out) into a forced stop, keeping who initiated it. */
   private async escalate(inst: InstanceRec): Promise<void> {
-    await this.s.store.tx((tx) =>
-      tx.instances.update(inst.id, {
-        state: 'stopping',
-        // a boot timeout is the platform's stop; an escalated stop keeps a start that came meanwhile
-        desired: inst.stop_request ? inst.desired : 'stopped',
-        stop_request: {
-          force: true,
-          drain_until: null,
-          by: inst.stop_request?.by ?? 'platform',
-          // scale-to-zero of a kernel that ignores shutdown: still standby once it is down
-          ...(inst.stop_request?.standby ? { standby: true } : {}),
-        },
-      }),
-    );
+    await this.s.store.tx((tx) => tx.instances.update(inst.id, escalatedStop(inst)));
     await this.driver.kill(inst.id);
   }
 
   /** A back-off delay has passed: start again (live quotas apply). */
   private async restartNow(inst: InstanceRec): Promise<void> {
     try {
-      await this.s.store.tx(async (tx) => {
-        const cur = await tx.instances.getAny(inst.id);
-        if (!cur || cur.state !== 'stopped' || cur.desired !== 'running') return;
-        const user = (await tx.users.get(cur.user_id))!;
-        await this.s.instances.startInTx(tx, user, cur, false);
-        // A restart by policy is counted when it happens; a start that came during a stop (attempt 0,
-        // since a manual start resets the sequence) is no restart.
-        const restarted = cur.restart_attempt > 0 ? 1 : 0;
-        await tx.instances.update(cur.id, { restart_next_at: null, restart_count: cur.restart_count + restarted });
-      });
+      await this.s.store.tx((tx) => restartInTx(tx, this.s, inst.id));
     } catch (e) {
       this.note(inst.id, `restart by policy failed: ${(e as Error).message}`);
       await this.s.store.tx((tx) => tx.instances.update(inst.id, { desired: 'stopped', restart_next_at: null }));
