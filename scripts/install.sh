@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(qemu-system-x86 qemu-utils e2fsprogs iproute2 nftables busybox-static cpio gzip zstd lz4 xz-utils binutils curl ca-certificates pebble)
+APT_PACKAGES=(qemu-system-x86 qemu-utils e2fsprogs iproute2 nftables busybox-static cpio gzip zstd lz4 xz-utils binutils curl ca-certificates pebble haproxy)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what it needs, then type check, lint, format
-# check, the OpenAPI freshness check, unit, API and VM tests. Safe to rerun.
+# The whole test suite: installs what it needs, then type check, lint, import
+# rules, format check, the OpenAPI freshness check, unit, API and VM tests. Safe to rerun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,7 @@ fi
 
 echo "==> type check";   npx tsc -p tsconfig.json --noEmit
 echo "==> lint";         npx eslint .
+echo "==> import rules"; npx depcruise src --config .dependency-cruiser.cjs  # layers and no cycles (.dependency-cruiser.cjs)
 echo "==> format check"; npx prettier --check . >/dev/null || { npx prettier --check . ; exit 1; }
 echo "==> OpenAPI document"; npx tsx scripts/gen-openapi.ts --check
 

@@ -249,5 +249,6 @@ export function loadConfig(flags: DeepPartial<Config> & { config?: string }, env
       throw new Error(`config file ${file} is not valid JSON: ${(e as Error).message}`);
     }
   }
-  return merge(merge(merge(DEFAULTS, fromFile), fromEnv(env)), flagValues);
+  const c = merge(merge(merge(DEFAULTS, fromFile), fromEnv(env)), flagValues);
+  return c;
 }

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { Controller } from './daemon.js';
+import type { Controller } from './reconcile/deps.js';
 import { registerDriver, type DriverFactory } from './machines/driver.js';
 import { enableKsm } from './machines/ksm.js';
 import { probeAccel } from './machines/qemu/accel.js';
@@ -46,6 +46,7 @@ export async function defaultControllers(s: Services, log: Logger): Promise<Cont
   const machines = new MachineController({
     network,
     connections: gateway ? (id) => gateway.connections(id) : undefined,
+    beforeStop: gateway ? () => gateway.settled() : undefined,
     services: s,
     driver: await machineDriver(s, log),
     log,

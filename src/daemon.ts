@@ -5,15 +5,14 @@ import { buildApi } from './api/server.js';
 import { autoscaleDecisionsOf, DaemonMetrics, gatewayCountersOf } from './metrics.js';
 import type { Config } from './config.js';
 import { restrictFileModes } from './file-modes.js';
-import { createServices, pathsFor, type Clock, type Services } from './services/index.js';
+import type { Clock } from './clock.js';
+import { pathsFor } from './paths.js';
+import { createServices, type Services } from './services/index.js';
 import { SqliteStore } from './store/sqlite/index.js';
 import type { Store } from './store/types.js';
+import type { Controller } from './reconcile/deps.js';
 
-/** A part of the daemon that runs in the background (reconcilers, gateway). */
-export interface Controller {
-  start(): Promise<void>;
-  stop(): Promise<void>;
-}
+export type { Controller };
 
 export interface Daemon {
   config: Config;

@@ -1,11 +1,11 @@
 /**
  * One registry of coded errors. Each code has its HTTP status (used when the
- * error aborts a whole request) and its numeric API `error` code from
- * compat-notes.md (used in per-entry failures). Code never branches on
+ * error aborts a whole request) and its numeric API `error` code, the
+ * public service's numbers (used in per-entry failures; docs/errors.md). Code never branches on
  * message text; it branches on `code`.
  */
 
-/** Numeric per-entry `error` codes of the public service (compat-notes.md). */
+/** Numeric per-entry `error` codes of the public service (docs/errors.md). */
 export const ApiErrorNumber = {
   UnknownError: 0,
   NotSupported: 1,

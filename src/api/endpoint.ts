@@ -9,7 +9,8 @@ export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 /** Which object an entry targets (src/domain/refs.ts: services take it too, without importing the API). */
 export type { Target };
 
-export interface Ctx {
+/** What an endpoint's handler gets for one request (src/api/server.ts builds it). */
+export interface HandlerCtx {
   user: UserRec;
   services: Services;
   log: Logger;
@@ -73,16 +74,20 @@ export interface EndpointDef<P extends TObject = TObject> {
   check?: (params: Static<P>) => void;
   /** run entries concurrently (wait) instead of one after another */
   concurrent?: boolean;
-  handle?: (ctx: Ctx, entry: Entry<Static<P>>, query: Record<string, unknown>) => Promise<Result>;
+  handle?: (ctx: HandlerCtx, entry: Entry<Static<P>>, query: Record<string, unknown>) => Promise<Result>;
   /**
    * Every object of the category, in creation order. When set, a GET without
    * target lists (newer clients): the framework adds the `count`, `from` and
    * `details` query parameters, pages, and runs `handle` on each object of
    * the page (with `listed` set).
    */
-  list?: (ctx: Ctx) => Promise<{ uuid: string }[]>;
+  list?: (ctx: HandlerCtx) => Promise<{ uuid: string }[]>;
   /** handles all entries at once and returns the `data` array (lists, wait) */
-  handleAll?: (ctx: Ctx, entries: Entry<Static<P>>[], query: Record<string, unknown>) => Promise<Result[] | RawArray>;
+  handleAll?: (
+    ctx: HandlerCtx,
+    entries: Entry<Static<P>>[],
+    query: Record<string, unknown>,
+  ) => Promise<Result[] | RawArray>;
   /** response entry schema, for the OpenAPI document */
   response: TSchema;
 }

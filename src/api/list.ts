@@ -1,5 +1,5 @@
 import { err, isUnihostError } from '../errors.js';
-import type { Ctx, EndpointDef, Entry, Result } from './endpoint.js';
+import type { HandlerCtx, EndpointDef, Entry, Result } from './endpoint.js';
 
 /**
  * Runs a GET of an endpoint with `list`: without a target it lists every
@@ -9,7 +9,7 @@ import type { Ctx, EndpointDef, Entry, Result } from './endpoint.js';
  */
 export async function listOrGet(
   def: EndpointDef,
-  ctx: Ctx,
+  ctx: HandlerCtx,
   entries: Entry<Record<string, unknown>>[],
   q: Record<string, unknown>,
 ): Promise<Result[]> {

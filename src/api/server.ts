@@ -4,7 +4,7 @@ import { STATUS_CODES } from 'node:http';
 import { ERROR_CODES, isUnihostError, err, type UnihostError } from '../errors.js';
 import type { Services } from '../services/index.js';
 import type { UserRec } from '../store/types.js';
-import { RawArray, type Ctx, type EndpointDef, type Entry, type Result } from './endpoint.js';
+import { RawArray, type HandlerCtx, type EndpointDef, type Entry, type Result } from './endpoint.js';
 import { compile, parseRequest, UUID_RE, type Compiled } from './request.js';
 import { ENDPOINTS } from './routes/index.js';
 import { listOrGet } from './list.js';
@@ -99,7 +99,7 @@ function noEndpoint(req: FastifyRequest, reply: FastifyReply): FastifyReply {
   });
 }
 
-/** Builds the envelope for per-entry results (api-v1.md, Errors). */
+/** Builds the envelope for per-entry results (the API spec's error envelope; docs/errors.md). */
 function envelope(plural: string, results: Result[], t0: bigint): Record<string, unknown> {
   let failed = 0;
   for (const r of results) if (r.status === 'error') failed++;
@@ -178,7 +178,7 @@ function pathParamsOf(params: Record<string, string>): Record<string, string> {
 const NO_PARAMS: Record<string, string> = Object.freeze({}) as Record<string, string>;
 
 /** The per-request context handlers get; methods on the prototype, so a request allocates one small object. */
-class RequestCtx implements Ctx {
+class RequestCtx implements HandlerCtx {
   readonly user: UserRec;
   private ac: AbortController | undefined;
   private child: Logger | undefined;
@@ -225,7 +225,7 @@ class RequestCtx implements Ctx {
 
 async function runEntries(
   c: Compiled,
-  ctx: Ctx,
+  ctx: HandlerCtx,
   entries: Entry<Record<string, unknown>>[],
   q: Record<string, unknown>,
 ) {
@@ -255,7 +255,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     genReqId: requestId,
   });
 
-  // Every method may carry a JSON body, GET included (api-v1.md), whatever content type the client declares.
+  // Every method may carry a JSON body, GET included (as the API spec allows), whatever content type the client declares.
   app.addHttpMethod('GET', { hasBody: true, overrideExisting: true });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => {

@@ -76,7 +76,7 @@ export class AcmeIssuer {
         if (type !== method) throw new Error(`the authority offers no ${method} challenge for ${host}`);
         if (type === 'http-01') return this.o.challenges.add(host, ch.token, keyAuthorization);
         const [alpnKey, alpnCert] = await acme.crypto.createAlpnCertificate(authz, keyAuthorization);
-        this.o.challenges.addAlpn(host, { cert: alpnCert.toString(), key: alpnKey.toString() });
+        await this.o.challenges.addAlpn(host, { cert: alpnCert.toString(), key: alpnKey.toString() });
       },
       challengeRemoveFn: async (authz, ch) => {
         if ((ch.type as string) === 'tls-alpn-01') this.o.challenges.removeAlpn(authz.identifier.value);

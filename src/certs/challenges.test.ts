@@ -38,8 +38,10 @@ describe('ChallengeAnswers', () => {
   test('TLS-ALPN-01 certificates are listed by host and every change is announced', () => {
     const c = new ChallengeAnswers();
     let changes = 0;
-    const off = c.onAlpnChange(() => changes++);
-    c.addAlpn('Shop.Example.Test', { cert: 'C', key: 'K' });
+    const off = c.onAlpnChange(() => {
+      changes++;
+    });
+    void c.addAlpn('Shop.Example.Test', { cert: 'C', key: 'K' });
     assert.deepEqual(c.alpnCertificates(), [{ name: 'shop.example.test', pair: { cert: 'C', key: 'K' } }]);
     assert.equal(changes, 1);
     c.removeAlpn('other.example.test'); // nothing there: no change
@@ -48,7 +50,18 @@ describe('ChallengeAnswers', () => {
     assert.deepEqual(c.alpnCertificates(), []);
     assert.equal(changes, 2);
     off();
-    c.addAlpn('a.example.test', { cert: 'C', key: 'K' });
+    void c.addAlpn('a.example.test', { cert: 'C', key: 'K' });
     assert.equal(changes, 2);
+  });
+
+  test('addAlpn resolves once the data plane says the certificate is served', async () => {
+    const c = new ChallengeAnswers();
+    let served = false;
+    c.onAlpnChange(async () => {
+      await new Promise((r) => setTimeout(r, 20));
+      served = true;
+    });
+    await c.addAlpn('a.example.test', { cert: 'C', key: 'K' });
+    assert.equal(served, true);
   });
 });

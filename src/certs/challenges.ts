@@ -18,7 +18,7 @@ export type ChallengeType = 'http-01' | 'tls-alpn-01';
 export class ChallengeAnswers {
   private readonly byHost = new Map<string, Map<string, string>>();
   private readonly alpnByHost = new Map<string, KeyPair>();
-  private readonly alpnListeners = new Set<() => void>();
+  private readonly alpnListeners = new Set<() => void | Promise<void>>();
 
   add(host: string, token: string, keyAuthorization: string): void {
     const h = host.toLowerCase();
@@ -44,14 +44,18 @@ export class ChallengeAnswers {
     return [...this.byHost.keys()];
   }
 
-  /** Presents `pair` for `host` to `acme-tls/1` clients until `removeAlpn`. */
-  addAlpn(host: string, pair: KeyPair): void {
+  /**
+   * Presents `pair` for `host` to `acme-tls/1` clients until `removeAlpn`;
+   * resolves once the data plane serves it (HAProxy: after a reload), so the
+   * authority is not asked to validate before.
+   */
+  addAlpn(host: string, pair: KeyPair): Promise<void> {
     this.alpnByHost.set(host.toLowerCase(), pair);
-    this.alpnChanged();
+    return this.alpnChanged();
   }
 
   removeAlpn(host: string): void {
-    if (this.alpnByHost.delete(host.toLowerCase())) this.alpnChanged();
+    if (this.alpnByHost.delete(host.toLowerCase())) void this.alpnChanged();
   }
 
   /** The TLS-ALPN-01 certificates to present now, one per host. */
@@ -59,14 +63,14 @@ export class ChallengeAnswers {
     return [...this.alpnByHost].map(([name, pair]) => ({ name, pair }));
   }
 
-  /** Calls `fn` after every change of the TLS-ALPN-01 set; returns the unsubscribe. */
-  onAlpnChange(fn: () => void): () => void {
+  /** Calls `fn` after every change of the TLS-ALPN-01 set (awaited by `addAlpn`); returns the unsubscribe. */
+  onAlpnChange(fn: () => void | Promise<void>): () => void {
     this.alpnListeners.add(fn);
     return () => this.alpnListeners.delete(fn);
   }
 
-  private alpnChanged(): void {
-    for (const fn of this.alpnListeners) fn();
+  private async alpnChanged(): Promise<void> {
+    await Promise.all([...this.alpnListeners].map(async (fn) => fn()));
   }
 }
 

@@ -25,7 +25,7 @@ export interface ProfileFile {
 /** The daemon's default listen address (src/config.ts). */
 export const DEFAULT_METRO = 'http://127.0.0.1:7878';
 
-/** Token variables official clients read, in order (compat-notes.md). */
+/** Token variables the official clients read, in their order. */
 export const TOKEN_VARS = ['UKC_TOKEN', 'KRAFTCLOUD_TOKEN', 'KC_TOKEN', 'UNIKRAFTCLOUD_TOKEN'];
 
 export function profilePath(env: NodeJS.ProcessEnv = process.env): string {

@@ -3,7 +3,7 @@
  * fields (HTTP status, per-entry `error` codes), never on message text.
  */
 
-/** Numeric per-entry `error` codes the client treats specially (compat-notes.md). */
+/** Numeric per-entry `error` codes the client treats specially (the public service's numbers, src/errors.ts). */
 export const API_NOT_FOUND = 8;
 export const API_TIMED_OUT = 12;
 

@@ -37,7 +37,7 @@ export interface GroupSummary extends Summary {
   domains: Domain[];
 }
 
-/** GET /v1/instances entry (api-v1.md, Instance). */
+/** GET /v1/instances entry (the API spec's Instance object). */
 export interface Instance extends Summary {
   created_at: string;
   state: InstanceState;

@@ -18,7 +18,7 @@ export interface Decision {
 /**
  * A percent change of `current`: rounded toward zero, but never to 0 when the
  * exact value is not 0 (between 0 and 1 → 1, between -1 and 0 → -1), as the
- * public service does (compat-notes.md).
+ * public service does.
  */
 export function percentChange(current: number, percent: number): number {
   const exact = (current * percent) / 100;

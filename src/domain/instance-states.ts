@@ -1,7 +1,7 @@
 import type { InstanceState } from '../store/types.js';
 
 /**
- * Instance state machine of api-v1.md as a table: (from, trigger) -> to.
+ * Instance state machine of the API spec as a table: (from, trigger) -> to.
  * Services consult it for user triggers; the machine controller for host
  * events. A missing row means the trigger does nothing in that state.
  */
@@ -46,14 +46,11 @@ export function nextState(from: InstanceState, trigger: InstanceTrigger): Instan
   return TABLE.get(`${from}:${trigger}`);
 }
 
-/** States that count as live for quotas (api-v1.md: "not in the stopped state"). */
+/** States that count as live for quotas (the API spec: "not in the stopped state"). */
 export const isLive = (s: InstanceState): boolean => s !== 'stopped';
 
 /** States in which stop_reason, exit_code and stop_code may be read. */
 export const STOP_INFO_STATES: ReadonlySet<InstanceState> = new Set(['draining', 'stopping', 'stopped', 'standby']);
-
-/** stop_reason bits (api-v1.md, Stop reason). */
-export const STOP = { K: 1, A: 2, P: 4, U: 8, F: 16 } as const;
 
 const REASONS = ['OK', 'EXP', 'MATH', 'INVLOP', 'PGFAULT', 'SEGFAULT', 'HWERR', 'SECERR'];
 

@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto';
 
-/** Maximum total length of an object name (api-v1.md, Identifier types). */
+/** Maximum total length of an object name (the API spec's identifier types). */
 export const NAME_MAX = 121;
 /** Maximum length of an autoscale policy name. */
 export const POLICY_NAME_MAX = 31;

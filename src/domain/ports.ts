@@ -9,7 +9,7 @@ export interface ServiceIn {
   handlers?: string[];
 }
 
-/** `redirect` sends clients from port 80 to the HTTPS port (api-v1.md, rule 3). */
+/** `redirect` sends clients from port 80 to the HTTPS port (the API spec's port rule 3). */
 export const REDIRECT_TARGET = 443;
 
 interface PortRule {
@@ -20,7 +20,7 @@ interface PortRule {
 }
 
 /**
- * The spec's four port constraints (api-v1.md, Connection handlers), as a
+ * The spec's four port constraints (the API spec's connection handler rules), as a
  * table of (rule number, applies to port, check, message).
  */
 const RULES: readonly PortRule[] = [

@@ -1,6 +1,6 @@
 import type { RestartPolicy } from '../store/types.js';
 
-/** Restarts in a sequence get delays: immediate, 5 s, 10 s, 20 s, 40 s ... capped at 5 min (api-v1.md). */
+/** Restarts in a sequence get delays: immediate, 5 s, 10 s, 20 s, 40 s ... capped at 5 min (the API spec's restart policy). */
 export const BACKOFF_BASE_MS = 5_000;
 export const BACKOFF_MAX_MS = 300_000;
 /** Running this long without problems ends a restart sequence. */

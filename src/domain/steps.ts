@@ -52,7 +52,7 @@ function checkPair(prev: StepRec, cur: StepRec, i: number): void {
 }
 
 /**
- * The six step rules of api-v1.md (Autoscale policy). Throws UH_INVALID
+ * The six step rules of the API spec's autoscale policy. Throws UH_INVALID
  * naming the rule and the step index.
  */
 export function checkSteps(steps: StepIn[]): StepRec[] {

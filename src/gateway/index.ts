@@ -1,10 +1,11 @@
-export { Gateway } from './gateway.js';
+export { HaproxyDataPlane } from './haproxy/plane.js';
 export { ensureLocalCa, type LocalCa } from './ca.js';
 export {
   DEFAULT_LIMITS,
   type Backend,
   type Counter,
   type Counters,
+  type DataPlane,
   type GatewayLimits,
   type GatewayOptions,
   type KeyPair,

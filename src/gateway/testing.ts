@@ -5,7 +5,7 @@
  * ports, and small HTTP/TLS clients.
  */
 import { createHash } from 'node:crypto';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
@@ -14,7 +14,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import pino from 'pino';
 import { ensureLocalCa, type LocalCa } from './ca.js';
-import { Gateway } from './gateway.js';
+import { HaproxyDataPlane } from './haproxy/plane.js';
 import type { Backend, GatewayOptions, Route } from './types.js';
 
 export const METRO = 'unihost.test';
@@ -34,11 +34,13 @@ export interface TestBackend {
   open(): number;
   /** release responses held by GET /hold */
   release(): void;
+  /** requests to /drop it received (it closes their connection without an answer) */
+  dropped(): number;
   close(): Promise<void>;
 }
 
-/** An HTTP backend answering JSON about the request; /hold, /reset, /big and Upgrade are special. */
-function httpHandler(id: string, held: Array<() => void>): http.RequestListener {
+/** An HTTP backend answering JSON about the request; /hold, /reset, /drop, /big and Upgrade are special. */
+function httpHandler(id: string, held: Array<() => void>, drops: { n: number }): http.RequestListener {
   return (req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -54,6 +56,11 @@ function httpHandler(id: string, held: Array<() => void>): http.RequestListener 
         res.writeHead(200, { 'content-length': '100000' });
         res.write('partial');
         setTimeout(() => req.socket.destroy(), 20);
+        return;
+      }
+      if (url.pathname === '/drop') {
+        drops.n++;
+        req.socket.destroy();
         return;
       }
       if (url.pathname === '/big') {
@@ -85,6 +92,7 @@ function onUpgrade(id: string): (req: http.IncomingMessage, s: net.Socket) => vo
       `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\nX-Seen-Xff: ${req.headers['x-forwarded-for']}\r\n\r\n`,
     );
     s.on('data', (d: Buffer) => s.write(`${id}:${d.toString()}`));
+    s.on('end', () => s.end()); // the client went away: close our side too, as WebSocket servers do
     s.on('error', () => {});
   };
 }
@@ -99,10 +107,11 @@ function tcpHandler(id: string): (s: net.Socket) => void {
 
 function serve(kind: 'http' | 'tcp', id: string, host: string, port: number): Promise<TestBackend> {
   const held: Array<() => void> = [];
+  const drops = { n: 0 };
   const sockets = new Set<net.Socket>();
   let server: net.Server;
   if (kind === 'http') {
-    const h = http.createServer(httpHandler(id, held));
+    const h = http.createServer(httpHandler(id, held, drops));
     h.on('upgrade', onUpgrade(id));
     server = h;
   } else server = net.createServer(tcpHandler(id));
@@ -120,6 +129,7 @@ function serve(kind: 'http' | 'tcp', id: string, host: string, port: number): Pr
         port: p,
         open: () => sockets.size,
         release: () => held.splice(0).forEach((f) => f()),
+        dropped: () => drops.n,
         close: () =>
           new Promise((r) => {
             for (const s of sockets) s.destroy();
@@ -143,28 +153,40 @@ export async function backendPair(kind: 'http' | 'tcp', prefix: string): Promise
   }
 }
 
-/** A mutable backends() table: instance id -> state, per group. */
+/**
+ * A mutable backends() table: instance id -> state, per group. Like the
+ * gateway controller after a store change, a change is pushed to the data
+ * plane that `startGateway` attached (the promise resolves once applied).
+ */
 export class BackendTable {
   readonly groups = new Map<string, Backend[]>();
-  set(groupId: string, backends: TestBackend[], state: Backend['state'] = 'running'): void {
+  /** set by startGateway: re-applies the current routes */
+  onChange: () => Promise<unknown> = () => Promise.resolve();
+  set(groupId: string, backends: TestBackend[], state: Backend['state'] = 'running'): Promise<unknown> {
     this.groups.set(
       groupId,
       backends.map((b) => ({ instanceId: b.id, host: b.host, state })),
     );
+    return this.onChange();
   }
-  setState(instanceId: string, state: Backend['state']): void {
+  setState(instanceId: string, state: Backend['state']): Promise<unknown> {
     for (const list of this.groups.values()) for (const b of list) if (b.instanceId === instanceId) b.state = state;
+    return this.onChange();
   }
   get = (groupId: string): Backend[] => this.groups.get(groupId) ?? [];
 }
 
+/**
+ * The HAProxy data plane on 127.0.0.1 with free ports, its files in a temp
+ * dir and its stats read every 50 ms; `table` changes are applied to it.
+ */
 export async function startGateway(
   routes: Route[],
   table: BackendTable,
   extra: Partial<GatewayOptions> = {},
-): Promise<Gateway> {
+): Promise<HaproxyDataPlane> {
   const ca = await testCa();
-  const gw = new Gateway({
+  const o: GatewayOptions = {
     listenHost: '127.0.0.1',
     portMap: () => 0,
     tls: { cert: ca.cert, key: ca.key },
@@ -172,7 +194,22 @@ export async function startGateway(
     backends: table.get,
     log: silent,
     ...extra,
-  });
+  };
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'uh-gw-haproxy-'));
+  const gw = new HaproxyDataPlane({ ...o, dataDir, statsIntervalMs: 50 });
+  await gw.start();
+  let current = routes;
+  const setRoutes = gw.setRoutes.bind(gw);
+  gw.setRoutes = (rs: Route[]) => {
+    current = rs;
+    return setRoutes(rs);
+  };
+  table.onChange = () => setRoutes(current);
+  const close = gw.close.bind(gw);
+  gw.close = async (c?: { keep?: boolean }) => {
+    await close(c);
+    if (!c?.keep) await rm(dataDir, { recursive: true, force: true });
+  };
   const res = await gw.setRoutes(routes);
   for (const r of res) if (r.error) throw new Error(`port ${r.port}: ${r.error}`);
   return gw;

@@ -36,9 +36,13 @@ export interface GatewayLimits {
   maxConnectionsPerIp: number;
   /** time to receive a whole request head (slowloris) */
   headersTimeoutMs: number;
-  /** time to receive the ClientHello and finish the TLS handshake */
+  /**
+   * time to receive the ClientHello and finish the TLS handshake; on TLS
+   * ports also the client inactivity timeout (HAProxy 2.6 has no separate
+   * handshake timeout), which bounds idle kept-alive connections there too
+   */
   handshakeTimeoutMs: number;
-  /** a client connection without any traffic for this long is closed (HTTP keep-alive and TCP) */
+  /** client inactivity (a stalled request body, a client that does not read) on plain ports */
   idleTimeoutMs: number;
   /** a TCP-mode connection (no `http`) without any traffic for this long is closed */
   tcpIdleTimeoutMs: number;
@@ -50,8 +54,6 @@ export interface GatewayLimits {
   connectTimeoutMs: number;
   /** time a backend may take to send response headers */
   upstreamHeadersTimeoutMs: number;
-  /** upstream keep-alive connections per backend */
-  upstreamConnections: number;
 }
 
 export const DEFAULT_LIMITS: GatewayLimits = {
@@ -65,7 +67,6 @@ export const DEFAULT_LIMITS: GatewayLimits = {
   maxHeaderSize: 16 * 1024,
   connectTimeoutMs: 5_000,
   upstreamHeadersTimeoutMs: 120_000,
-  upstreamConnections: 256,
 };
 
 export interface GatewayOptions {
@@ -75,11 +76,9 @@ export interface GatewayOptions {
   portMap?: (publicPort: number) => number;
   /** metro wildcard certificate (operator files or the local CA's, see ca.ts) */
   tls: KeyPair;
-  /** the metro domain: names under it use `tls`; others ask `certFor` */
+  /** the metro domain: names under it use `tls`; others need `setCertificates` */
   metroDomain: string;
-  /** certificates of custom FQDNs; undefined falls back to the wildcard certificate */
-  certFor?: (sni: string) => KeyPair | undefined;
-  /** current instances of a group; called on every new connection or request, so it must be cheap */
+  /** current instances of a group; read at every `setRoutes` (the controller calls it on every change) */
   backends(groupId: string): Backend[];
   /**
    * Called when a group has no running backend. May start one (scale to
@@ -120,4 +119,26 @@ export interface ListenResult {
   /** the port actually bound (after portMap) */
   boundPort?: number;
   error?: string;
+}
+
+/**
+ * What the gateway controller drives: `HaproxyDataPlane` implements it
+ * (src/gateway/haproxy/); the controller's unit tests can use another.
+ */
+export interface DataPlane {
+  /** prepares what must run before the first route table (HAProxy: its activator and stats poll) */
+  start?(): Promise<void>;
+  setRoutes(routes: Route[]): Promise<ListenResult[]>;
+  boundPort(publicPort: number): number | undefined;
+  clientConnections(publicPort: number): number;
+  connections(instanceId: string): number;
+  counters(): Counters;
+  drain(instanceId: string, timeoutMs: number): Promise<'idle' | 'timeout'>;
+  disconnect(instanceId: string): number;
+  forgetInstance(instanceId: string): void;
+  setCertificates(certs: { names: string[]; pair: KeyPair }[]): string[];
+  /** resolves (when a promise) once the challenge certificates are served */
+  setAlpnChallenges(certs: { name: string; pair: KeyPair }[]): void | Promise<void>;
+  setCertificate(pair: KeyPair): void;
+  close(): Promise<void>;
 }

@@ -1,6 +1,6 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ImportResult, ImageService } from '../services/images.js';
+import type { KernelImageSpec } from './build.js';
 
 /** The metadata file `guest/build-images.sh` writes per test image (docs/guest-contract.md §5). */
 interface GuestImageMeta {
@@ -15,10 +15,15 @@ interface GuestImageMeta {
   min_memory_mb?: number;
 }
 
+/** What imports one kernel image under a reference: the image service (src/services/images.ts). */
+export interface KernelImporter<R> {
+  importKernel(ref: string, spec: Omit<KernelImageSpec, 'name'>): Promise<R>;
+}
+
 /** Imports every `<app>.json` of a guest image directory as an official image; idempotent. */
-export async function importGuestImages(images: ImageService, dir: string): Promise<ImportResult[]> {
+export async function importGuestImages<R>(images: KernelImporter<R>, dir: string): Promise<R[]> {
   if (!existsSync(dir)) throw new Error(`${dir} does not exist: run guest/build-images.sh first`);
-  const out: ImportResult[] = [];
+  const out: R[] = [];
   for (const f of readdirSync(dir)
     .filter((n) => n.endsWith('.json'))
     .sort()) {

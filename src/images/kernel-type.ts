@@ -150,7 +150,7 @@ async function elfHasPvhNote(fh: FileHandle, h: Buffer, fileSize: number): Promi
 /**
  * Tells how a kernel file boots, reading only its headers and notes.
  * Multiboot wins over a PVH note: Unikraft builds may carry both, and `pc`
- * is the machine known to boot every multiboot build (compat-notes.md).
+ * is the machine the public service boots every multiboot build on.
  * Returns null for anything else (the caller must be told the machine).
  */
 export async function detectKernelFormat(path: string): Promise<KernelFormat | null> {

@@ -4,7 +4,16 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { crashCause, deriveStop, isFailure, parseControl, stopCode, vmmFailure, type StopInput } from './stop-info.js';
+import {
+  crashCause,
+  deriveStop,
+  isFailure,
+  parseControl,
+  stopCode,
+  stopReasonWithoutVm,
+  vmmFailure,
+  type StopInput,
+} from './stop-info.js';
 
 const ctl = (...lines: string[]): string => lines.map((l) => `UNIHOST ${l}\n`).join('');
 
@@ -346,5 +355,14 @@ describe('vmmFailure (QEMU failing before the guest runs)', () => {
     assert.equal(vmmFailure(ev(null, 'qemu: oops'), ''), null);
     assert.equal(vmmFailure({ ...ev(1, 'qemu: oops'), panicked: true }, ''), null);
     assert.equal(vmmFailure(ev(1, 'qemu-system-x86_64: warning: x\n'), ''), null);
+  });
+});
+
+describe('stopReasonWithoutVm: the stop fields of a stop that found no VM', () => {
+  test('clean shutdowns and forced stops, by the user and by the platform, as the spec numbers them', () => {
+    assert.equal(stopReasonWithoutVm('user', false), 15);
+    assert.equal(stopReasonWithoutVm('platform', false), 7);
+    assert.equal(stopReasonWithoutVm('user', true), 28);
+    assert.equal(stopReasonWithoutVm('platform', true), 20);
   });
 });

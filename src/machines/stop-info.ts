@@ -1,10 +1,22 @@
 import type { Contract, ControlState } from './driver.js';
-import { STOP } from '../domain/instance-states.js';
 import { APP_INITLVL, handoverOffset, unikraftCrash } from './unikraft.js';
+
+/** stop_reason bits (the API spec's stop reason table). */
+export const STOP = { K: 1, A: 2, P: 4, U: 8, F: 16 } as const;
+
+/**
+ * `stop_reason` of a stop that found no VM to end (it never booted, or it
+ * waited in standby): a clean shutdown asked by `by` (user 15, platform 7),
+ * or a forced one (user 28, platform 20).
+ */
+export function stopReasonWithoutVm(by: 'user' | 'platform', force: boolean): number {
+  const who = by === 'user' ? STOP.U | STOP.P : STOP.P;
+  return force ? STOP.F | who : who | STOP.A | STOP.K;
+}
 
 /**
  * Maps what the host observed when a VM ended to the spec's `stop_reason`,
- * `exit_code` and `stop_code` (api-v1.md; table in docs/guest-contract.md §4).
+ * `exit_code` and `stop_code` (the API spec's bit tables; the mapping in docs/guest-contract.md §4).
  */
 export interface StopInput {
   control: ControlState;
@@ -97,7 +109,7 @@ export function deriveStop(i: StopInput): StopInfo {
 
 /**
  * Stock Unikraft kernels: no control channel; isa-debug-exit 83 = halt, 85 =
- * crash (compat-notes.md), the cause from the console (machines/unikraft.ts).
+ * crash (Unikraft's exit codes), the cause from the console (machines/unikraft.ts).
  */
 function deriveUnikraft(i: StopInput, who: number): StopInfo {
   const cause = unikraftCrash(i.console);

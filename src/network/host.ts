@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { macFor, parseSubnet } from '../domain/ipam.js';
+import { macFor, parseSubnet } from './address.js';
 import { CommandError, hostRunner, type Runner } from './cmd.js';
 import { renderDelete, renderRules, type TapSpec, checkTapSpec } from './rules.js';
 

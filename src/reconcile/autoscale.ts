@@ -1,13 +1,12 @@
 import type { Logger } from 'pino';
-import type { Controller } from '../daemon.js';
+import type { Controller, ControllerDeps } from './deps.js';
 import { average, decide } from '../domain/autoscale.js';
 import { CpuWindow } from '../domain/cpu-window.js';
-import type { Services } from '../services/index.js';
 import type { AutoscaleRec, InstanceRec, Tx } from '../store/types.js';
 import type { TimerApi } from './engine.js';
 
 export interface AutoscaleOptions {
-  services: Services;
+  services: ControllerDeps;
   log: Logger;
   /** CPU time (ms) of an instance's VM process so far (the machine controller's `stats`) */
   cpuMs: (instanceId: string) => number | undefined;
@@ -199,13 +198,15 @@ export class AutoscaleController implements Controller {
 
   /**
    * How long (ms) the master has had no traffic: since its last request or
-   * connection, or since it started if later; 0 while anything is open or a
-   * client is held for its group, and always 0 without a data plane.
+   * connection, or since it became ready if later (its spawn plus its boot
+   * time: a slow boot is not idle time); 0 while anything is open or a client
+   * is held for its group, and always 0 without a data plane.
    */
   private idleFor(groupId: string, master: InstanceRec, now: number): number {
     const t = this.o.traffic?.(groupId, master.id);
     if (!t || t.busy > 0 || t.held > 0) return 0;
-    const since = Math.max(t.lastActivity, Date.parse(master.started_at ?? '') || 0);
+    const readyAt = (Date.parse(master.started_at ?? '') || 0) + Math.round((master.boot_time_us ?? 0) / 1000);
+    const since = Math.max(t.lastActivity, readyAt);
     return Math.max(0, now - since);
   }
 

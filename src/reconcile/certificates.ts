@@ -4,8 +4,7 @@ import type { Logger } from 'pino';
 import { AcmeIssuer } from '../certs/acme.js';
 import { challengeFor, type ChallengeType } from '../certs/challenges.js';
 import { certInfo } from '../certs/pem.js';
-import type { Controller } from '../daemon.js';
-import type { Services } from '../services/index.js';
+import type { Controller, ControllerDeps } from './deps.js';
 import type { CertificateRec } from '../store/types.js';
 import { KeyedQueue } from './engine.js';
 
@@ -33,7 +32,7 @@ export class CertificateController implements Controller {
   private stopped = false;
 
   constructor(
-    private readonly s: Services,
+    private readonly s: ControllerDeps,
     private readonly log: Logger,
   ) {
     this.queue = new KeyedQueue((k, e) => log.error({ k, err: e }, 'certificates: run failed'));
@@ -67,7 +66,7 @@ export class CertificateController implements Controller {
   }
 
   kick(): void {
-    if (!this.stopped) void this.queue.run('run', () => this.run());
+    if (!this.stopped) void this.queue.kick('run', () => this.run());
   }
 
   /** Certificates of source `acme` used by a group, with when each is due. */

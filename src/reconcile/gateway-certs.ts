@@ -2,7 +2,7 @@ import { X509Certificate } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { CertificateDataPlane } from '../certs/dataplane.js';
 import type { KeyPair } from '../gateway/types.js';
-import type { Services } from '../services/index.js';
+import type { ControllerDeps } from './deps.js';
 
 /**
  * Feeds a data plane the certificates of custom FQDNs: for each certificate
@@ -16,7 +16,7 @@ export class CertInstaller {
   private readonly cache = new Map<string, { serial: string | null; pair: KeyPair | undefined; notAfter: number }>();
 
   constructor(
-    private readonly s: Services,
+    private readonly s: ControllerDeps,
     private readonly plane: CertificateDataPlane,
     private readonly log: Logger,
   ) {}

@@ -1,10 +1,17 @@
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import type { Controller } from '../daemon.js';
-import { ensureLocalCa, Gateway, type Backend, type LocalCa, type Route } from '../gateway/index.js';
-import type { Services } from '../services/index.js';
+import type { Controller, ControllerDeps } from './deps.js';
+import {
+  ensureLocalCa,
+  HaproxyDataPlane,
+  type Backend,
+  type DataPlane,
+  type GatewayOptions,
+  type LocalCa,
+  type Route,
+} from '../gateway/index.js';
 import type { InstanceRec } from '../store/types.js';
-import { KeyedQueue } from './engine.js';
+import { RetryingQueue } from './engine.js';
 import { CertInstaller } from './gateway-certs.js';
 import { Waker } from './wake.js';
 
@@ -18,10 +25,10 @@ const DAY_MS = 86_400_000;
  * have; stopped ones are cut at once.
  */
 export class GatewayController implements Controller {
-  gateway: Gateway | null = null;
+  gateway: DataPlane | null = null;
   ca: LocalCa | null = null;
   private backendsByGroup = new Map<string, Backend[]>();
-  private readonly queue: KeyedQueue;
+  private readonly queue: RetryingQueue;
   private off: (() => void) | null = null;
   private offAlpn: (() => void) | null = null;
   private renew: NodeJS.Timeout | null = null;
@@ -31,12 +38,15 @@ export class GatewayController implements Controller {
   readonly waker: Waker;
 
   constructor(
-    private readonly s: Services,
+    private readonly s: ControllerDeps,
     private readonly log: Logger,
     /** called when an instance's last connection closed (ends a drain early) */
     private readonly onIdle: (instanceId: string) => void = () => undefined,
   ) {
-    this.queue = new KeyedQueue((k, e) => log.error({ k, err: e }, 'gateway sync failed'));
+    this.queue = new RetryingQueue(
+      () => this.sync(),
+      (_k, e, failures, retryMs) => log.error({ err: e, failures, retry_ms: retryMs }, 'gateway sync failed'),
+    );
     this.waker = new Waker(s, log);
   }
 
@@ -44,7 +54,7 @@ export class GatewayController implements Controller {
     const g = this.s.config.gateway;
     this.ca = await ensureLocalCa(join(this.s.config.dataDir, 'ca'), this.s.config.metroDomain);
     this.log.info({ ca: this.ca.caPath }, 'gateway: metro wildcard certificate from the local CA (trust this CA file)');
-    this.gateway = new Gateway({
+    const o: GatewayOptions = {
       listenHost: g.listen,
       portMap: (p) => (g.portOffset < 0 ? 0 : p + g.portOffset),
       tls: { cert: this.ca.cert, key: this.ca.key },
@@ -54,14 +64,15 @@ export class GatewayController implements Controller {
       onNoBackend: (groupId) => this.wake(groupId),
       acmeChallenge: (host, token) => this.s.certificates.challenges.answer(host, token),
       log: this.log,
-    });
+    };
+    this.gateway = new HaproxyDataPlane({ ...o, dataDir: this.s.config.dataDir });
+    await this.gateway.start?.();
     this.certs = new CertInstaller(this.s, this.gateway, this.log);
     const challenges = this.s.certificates.challenges;
     const gw = this.gateway;
     this.offAlpn = challenges.onAlpnChange(() => gw.setAlpnChallenges(challenges.alpnCertificates()));
     this.off = this.s.store.onChange((c) => {
-      if (c.kind === 'group' || c.kind === 'instance' || c.kind === 'certificate')
-        void this.queue.run('sync', () => this.sync());
+      if (c.kind === 'group' || c.kind === 'instance' || c.kind === 'certificate') void this.queue.kick('sync');
     });
     await this.sync();
     this.renew = setInterval(() => void this.renewCertificate(), DAY_MS);
@@ -77,7 +88,7 @@ export class GatewayController implements Controller {
     this.off?.();
     this.offAlpn?.();
     if (this.renew) clearInterval(this.renew);
-    await this.queue.drain();
+    await this.queue.stop();
     await this.gateway?.close();
   }
 
@@ -89,15 +100,14 @@ export class GatewayController implements Controller {
   private async wake(groupId: string): Promise<boolean> {
     const r = await this.waker.wake(groupId);
     if (!r.ok) return false;
-    if (!(this.backendsByGroup.get(groupId) ?? []).some((b) => b.state === 'running'))
-      await this.queue.run('sync', () => this.sync());
+    if (!(this.backendsByGroup.get(groupId) ?? []).some((b) => b.state === 'running')) await this.queue.kick('sync');
     return true;
   }
 
   /** What scale-to-zero needs to know of an instance's traffic (src/reconcile/autoscale.ts). */
   traffic(groupId: string, instanceId: string): { busy: number; lastActivity: number; held: number } {
     const c = this.gateway?.counters().instances[instanceId];
-    return { busy: c?.openConnections ?? 0, lastActivity: c?.lastActivity ?? 0, held: this.waker.held(groupId) };
+    return this.waker.traffic(groupId, c && { busy: c.openConnections, lastActivity: c.lastActivity });
   }
 
   /** Resolves once the changes seen so far are applied to the gateway (tests). */

@@ -1,4 +1,5 @@
 import type { MachineDriver } from '../machines/driver.js';
+import { stopReasonWithoutVm } from '../machines/stop-info.js';
 import type { InstanceRec, Tx } from '../store/types.js';
 import type { RuntimeRec } from './machine-plan.js';
 
@@ -57,7 +58,7 @@ export async function stopWithoutVmInTx(tx: Tx, id: string, now: number): Promis
   const user = req?.by !== 'platform';
   await tx.instances.update(cur.id, {
     state: req?.standby ? 'standby' : 'stopped',
-    stop_reason: req?.force ? (user ? 28 : 20) : user ? 15 : 7,
+    stop_reason: stopReasonWithoutVm(user ? 'user' : 'platform', req?.force ?? false),
     exit_code: null,
     stop_code: null,
     stopped_at: new Date(now).toISOString(),

@@ -1,8 +1,7 @@
-import { STOP } from '../domain/instance-states.js';
 import { backoffMs, shouldRestart } from '../domain/restart.js';
 import type { MachineEvent } from '../machines/driver.js';
-import { deriveStop, isFailure, vmmFailure, type StopInfo } from '../machines/stop-info.js';
-import type { Services } from '../services/index.js';
+import { deriveStop, isFailure, STOP, vmmFailure, type StopInfo } from '../machines/stop-info.js';
+import type { ControllerDeps } from './deps.js';
 import type { InstanceRec, Tx } from '../store/types.js';
 import type { RuntimeRec } from './machine-plan.js';
 
@@ -12,7 +11,7 @@ export type ExitEvent = Extract<MachineEvent, { type: 'exit' }>;
 export function stopInfoOf(inst: InstanceRec, rt: Partial<RuntimeRec>, ev: ExitEvent): StopInfo {
   const req = inst.stop_request;
   const forced = req?.force ?? false;
-  if (!forced && vmmFailure(ev, ev.console)) return { stop_reason: 4, exit_code: null, stop_code: null };
+  if (!forced && vmmFailure(ev, ev.console)) return { stop_reason: STOP.P, exit_code: null, stop_code: null };
   return deriveStop({
     control: ev.control,
     status: ev.status,
@@ -33,7 +32,7 @@ export function stopInfoOf(inst: InstanceRec, rt: Partial<RuntimeRec>, ev: ExitE
  */
 export async function recordExitInTx(
   tx: Tx,
-  s: Services,
+  s: ControllerDeps,
   id: string,
   rt: Partial<RuntimeRec>,
   ev: ExitEvent,
@@ -93,7 +92,7 @@ export function escalatedStop(inst: InstanceRec): Partial<InstanceRec> {
 }
 
 /** A restart by policy whose back-off has passed: started again in `tx` (live quotas apply; throws when refused). */
-export async function restartInTx(tx: Tx, s: Services, id: string): Promise<void> {
+export async function restartInTx(tx: Tx, s: ControllerDeps, id: string): Promise<void> {
   const cur = await tx.instances.getAny(id);
   if (!cur || cur.state !== 'stopped' || cur.desired !== 'running') return;
   const user = (await tx.users.get(cur.user_id))!;

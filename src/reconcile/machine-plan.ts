@@ -1,7 +1,7 @@
 import { buildCmdline } from '../domain/cmdline.js';
 import { imageBootFiles } from '../images/boot-files.js';
 import type { Contract, MachineRuntime, MachineSpec, Shutdown } from '../machines/driver.js';
-import type { Services } from '../services/index.js';
+import type { ControllerDeps } from './deps.js';
 import type { InstanceRec } from '../store/types.js';
 import type { NetworkHooks } from './network.js';
 
@@ -30,7 +30,7 @@ export interface RuntimeRec extends MachineRuntime {
  * mounts, the kernel command line, and the ports that mean ready.
  */
 export async function bootPlan(
-  s: Services,
+  s: ControllerDeps,
   network: NetworkHooks | undefined,
   inst: InstanceRec,
   t0: number,
@@ -67,7 +67,7 @@ export async function bootPlan(
  * Ports whose opening makes the instance running: the destination ports of
  * its service group, else the ports its image declares (docs/machines.md).
  */
-async function readyPortsOf(s: Services, inst: InstanceRec, imagePorts: number[]): Promise<number[]> {
+async function readyPortsOf(s: ControllerDeps, inst: InstanceRec, imagePorts: number[]): Promise<number[]> {
   if (!inst.service_group_id) return imagePorts;
   const g = await s.store.read((tx) => tx.groups.getAnyUser(inst.service_group_id!));
   // a `redirect` service answers at the gateway and never reaches the instance

@@ -158,6 +158,7 @@ async function world(
     bootTimeoutMs?: number;
     alive?: number[];
     host?: { id: string; pid: number }[];
+    beforeStop?: (id: string) => Promise<void>;
   } = {},
   dir?: string,
 ): Promise<World> {
@@ -179,6 +180,7 @@ async function world(
     timers: time,
     stopTimeoutMs: opts.stopTimeoutMs ?? 15_000,
     bootTimeoutMs: opts.bootTimeoutMs ?? 60_000,
+    beforeStop: opts.beforeStop,
   });
   const existing = await s.store.read((tx) => tx.users.getByName('alice'));
   const user = existing ?? (await s.users.create('alice', false)).user;
@@ -355,6 +357,27 @@ describe('stop', () => {
     assert.deepEqual(r.runtime, {});
   });
 
+  test('the gateway lets go of a stopping instance before its VM is stopped or killed', async () => {
+    let calls: string[] = [];
+    const w = await world({
+      beforeStop: async (id) => {
+        calls = [...w.d.calls];
+        calls.push(`gateway ${id}`);
+      },
+    });
+    const a = await running(w);
+    await w.s.instances.stop(w.user, { uuid: a }, { force: true });
+    await settle(w);
+    assert.deepEqual(calls.slice(-1), [`gateway ${a}`]);
+    assert.ok(!calls.includes(`kill ${a}`), 'not killed before the gateway let go');
+    assert.ok(w.d.calls.includes(`kill ${a}`));
+    const b = await running(w);
+    await w.s.instances.stop(w.user, { uuid: b }, {});
+    await settle(w);
+    assert.ok(!calls.includes(`stop ${b}`) && calls.includes(`gateway ${b}`), 'not stopped before the gateway let go');
+    assert.ok(w.d.calls.includes(`stop ${b}`));
+  });
+
   test('force → kill → 28', async () => {
     const w = await world();
     const id = await running(w);
@@ -366,7 +389,7 @@ describe('stop', () => {
     assert.deepEqual([r.state, r.stop_reason, r.exit_code, r.stop_code], ['stopped', 28, null, null]);
   });
 
-  test('a failing reconcile is logged and retried 5 s later', async () => {
+  test('a failing reconcile is logged and retried after a back-off (at most 1 s for the first failure)', async () => {
     const w = await world();
     const id = await running(w);
     w.d.failKill = true;
@@ -374,7 +397,7 @@ describe('stop', () => {
     await settle(w);
     assert.deepEqual(w.errors, ['machine reconcile failed']);
     assert.equal((await rec(w, id)).state, 'stopping');
-    await advance(w, 5_000);
+    await advance(w, 1_000);
     const r = await rec(w, id);
     assert.deepEqual([r.state, r.stop_reason], ['stopped', 28]);
     assert.equal(w.d.calls.filter((c) => c === `kill ${id}`).length, 2);

@@ -1,22 +1,22 @@
 import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Controller } from '../daemon.js';
+import type { Controller, ControllerDeps } from './deps.js';
 import { HEALTHY_AFTER_MS } from '../domain/restart.js';
 import { ConsoleLog } from '../machines/console-log.js';
 import type { DriverFactory, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../machines/driver.js';
-import { vmmFailure } from '../machines/stop-info.js';
-import type { Services } from '../services/index.js';
+import { STOP, vmmFailure } from '../machines/stop-info.js';
 import type { InstanceRec } from '../store/types.js';
 import type { NetworkHooks } from './network.js';
 import { checkVolumeFile } from './volumes.js';
-import { KeyedQueue, Timers, type TimerApi } from './engine.js';
+import { RetryingQueue, Timers, type TimerApi } from './engine.js';
+import { ReadinessProbes } from './machine-probes.js';
 import { VmVolumes } from './machine-volumes.js';
 import { escalatedStop, recordExitInTx, restartInTx, type ExitEvent } from './machine-exit.js';
 import { bootPlan, type BootPlan, type RuntimeRec } from './machine-plan.js';
 import { killStrays, settleVanishedInTx, stopWithoutVmInTx } from './machine-adopt.js';
 
 export interface MachineControllerOptions {
-  services: Services;
+  services: ControllerDeps;
   driver: DriverFactory;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
   /** a guest that has not signalled ready by then is stopped (platform, forced) */
@@ -25,14 +25,18 @@ export interface MachineControllerOptions {
   stopTimeoutMs?: number;
   /** open connections of an instance, from the gateway; undefined while no gateway tracks it */
   connections?: (id: string) => number | undefined;
+  /**
+   * Resolves once the gateway routes no new traffic to a stopping instance,
+   * so that a request arriving while its VM ends is held for a wake (or gets
+   * the "no instance" answer) instead of being sent to a dead VM and cut.
+   */
+  beforeStop?: (id: string) => Promise<void>;
   /** the private network; without it VMs get no NIC */
   network?: NetworkHooks;
   /** resolves when `ip:port` accepts a TCP connection (readiness of listening apps); rejects on abort */
   probePort?: (ip: string, port: number, signal: AbortSignal) => Promise<void>;
   timers?: TimerApi;
 }
-
-const RETRY_MS = 5_000;
 
 /**
  * Drives instances' VMs to match the store (level-based): boots instances in
@@ -43,12 +47,9 @@ const RETRY_MS = 5_000;
  */
 export class MachineController implements Controller {
   readonly driver: MachineDriver;
-  private readonly s: Services;
-  /** A failed reconcile is logged and tried again a little later (level-based: the next pass repairs). */
-  private readonly queue = new KeyedQueue((id, e) => {
-    this.o.log.error({ id, err: e }, 'machine reconcile failed');
-    if (!this.closed) this.timers.at(id, this.now() + RETRY_MS, this.now());
-  });
+  private readonly s: ControllerDeps;
+  /** A failed reconcile is logged and tried again after a back-off (level-based: the next pass repairs). */
+  private readonly queue: RetryingQueue;
   private readonly timers: Timers;
   private readonly bootTimeoutMs: number;
   private readonly stopTimeoutMs: number;
@@ -56,13 +57,25 @@ export class MachineController implements Controller {
   private closed = false;
   /** VM ends seen but not yet recorded in the store, per instance */
   private readonly unrecordedExits = new Map<string, ExitEvent>();
-  /** running readiness probes, per instance: aborted when the VM ends or the daemon stops */
-  private readonly probes = new Map<string, AbortController>();
+  /** readiness probes of booting instances (none without `probePort`) */
+  private readonly probes: ReadinessProbes | undefined;
   private readonly vmVolumes = new VmVolumes();
 
   constructor(private readonly o: MachineControllerOptions) {
     this.s = o.services;
+    this.queue = new RetryingQueue(
+      (id) => this.reconcile(id),
+      (id, e, failures, retryMs) =>
+        this.o.log.error({ id, err: e, failures, retry_ms: retryMs }, 'machine reconcile failed'),
+      { timers: o.timers, now: () => this.now() },
+    );
     this.timers = new Timers(o.timers, (id) => this.kick(id));
+    this.probes =
+      o.probePort &&
+      new ReadinessProbes(
+        o.probePort,
+        (id, at) => void this.queue.run(id, () => this.onVmEvent(id, { type: 'listening', at })),
+      );
     this.bootTimeoutMs = o.bootTimeoutMs ?? 180_000;
     this.stopTimeoutMs = o.stopTimeoutMs ?? 15_000;
     // Events after stop() (a VM ending while the daemon shuts down) are left to the next start's adoption.
@@ -77,7 +90,7 @@ export class MachineController implements Controller {
 
   /** Schedules a reconcile of one instance. */
   kick(id: string): void {
-    if (!this.closed) void this.queue.run(id, () => this.reconcile(id));
+    if (!this.closed) void this.queue.kick(id);
   }
 
   async start(): Promise<void> {
@@ -91,9 +104,9 @@ export class MachineController implements Controller {
   async stop(): Promise<void> {
     this.closed = true;
     this.off?.();
-    for (const id of [...this.probes.keys()]) this.endProbe(id);
+    this.probes?.endAll();
     this.timers.clearAll();
-    await this.queue.drain();
+    await this.queue.stop();
     await this.driver.close();
   }
 
@@ -213,6 +226,7 @@ export class MachineController implements Controller {
         return;
       }
       case 'stopping':
+        if (!rt.stopSentAt) await this.leaveGateway(id);
         if (inst.stop_request?.force) return this.driver.kill(id);
         if (rt.shutdown === 'none') {
           this.note(id, 'the kernel does not honour shutdown requests (image metadata): ending the VM at once');
@@ -234,6 +248,17 @@ export class MachineController implements Controller {
       default:
         return;
     }
+  }
+
+  /** `beforeStop`, bounded: a stuck gateway delays a stop by at most 2 s. */
+  private async leaveGateway(id: string): Promise<void> {
+    if (!this.o.beforeStop) return;
+    let t: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.o.beforeStop(id).catch(() => undefined),
+      new Promise<void>((r) => (t = setTimeout(r, 2000))),
+    ]);
+    clearTimeout(t);
   }
 
   /** Turns a stop (or a boot that timed out) into a forced stop, keeping who initiated it. */
@@ -292,7 +317,7 @@ export class MachineController implements Controller {
         tx.instances.update(inst.id, {
           state: 'stopped',
           desired: 'stopped',
-          stop_reason: 4,
+          stop_reason: STOP.P, // the platform failed to start it
           exit_code: null,
           stop_code: null,
           stopped_at: new Date(this.now()).toISOString(),
@@ -334,15 +359,15 @@ export class MachineController implements Controller {
     if (!inst) return;
     const rt = inst.runtime as Partial<RuntimeRec>;
     if (ev.type === 'exit') {
-      this.endProbe(id);
+      this.probes?.end(id);
       this.vmVolumes.untrack(id);
       // Kept until recorded: if the transaction fails, the retried reconcile records it (level-based).
       this.unrecordedExits.set(id, ev);
       return this.onExit(inst, rt, ev);
     }
     // An app that listens is running when its ports accept (probed from the host), not at the handover.
-    const probe = ev.type === 'ready' && !!rt.readyPorts?.length && !!inst.private_ip && !!this.o.probePort;
-    if (probe) this.startProbe(id, inst.private_ip!, rt.readyPorts!);
+    const probe = ev.type === 'ready' && !!rt.readyPorts?.length && !!inst.private_ip && !!this.probes;
+    if (probe) this.probes?.start(id, inst.private_ip!, rt.readyPorts!);
     const since = (at: number): number => Math.max(0, (at - (rt.spawnedAt ?? at)) * 1000);
     // Each mark is taken once per boot (boot() clears them): an adopted VM replays its
     // control channel and reconnects QMP, which must not move the boot's timings.
@@ -362,26 +387,6 @@ export class MachineController implements Controller {
       if (f === 'boot_time_us' && cur.state === 'starting') patch.state = 'running';
       if (Object.keys(patch).length > 0) await tx.instances.update(id, patch);
     });
-  }
-
-  /** Probes every ready port of a booting instance; when all accept, the instance is running. */
-  private startProbe(id: string, ip: string, ports: number[]): void {
-    if (this.probes.has(id)) return;
-    const ac = new AbortController();
-    this.probes.set(id, ac);
-    Promise.all(ports.map((p) => this.o.probePort!(ip, p, ac.signal))).then(
-      () => {
-        const at = Date.now();
-        this.probes.delete(id);
-        void this.queue.run(id, () => this.onVmEvent(id, { type: 'listening', at }));
-      },
-      () => undefined, // aborted: the VM ended or the daemon stops
-    );
-  }
-
-  private endProbe(id: string): void {
-    this.probes.get(id)?.abort(new Error('probe ended'));
-    this.probes.delete(id);
   }
 
   /** Records a VM's end (src/reconcile/machine-exit.ts) and logs what was decided. */

@@ -1,8 +1,7 @@
-import type { Controller } from '../daemon.js';
-import { macFor } from '../domain/ipam.js';
+import type { Controller, ControllerDeps } from './deps.js';
+import { macFor } from '../network/address.js';
 import { InternalDns } from '../network/dns.js';
 import { HostNetwork, tapName, type TapSpec } from '../network/host.js';
-import type { Services } from '../services/index.js';
 import type { InstanceRec } from '../store/types.js';
 
 /** What the machine controller needs from the network to boot a VM. */
@@ -24,7 +23,7 @@ export class NetworkController implements Controller, NetworkHooks {
   private dns: InternalDns | null = null;
 
   constructor(
-    private readonly s: Services,
+    private readonly s: ControllerDeps,
     private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void },
   ) {
     const n = s.config.network;

@@ -1,9 +1,8 @@
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { Controller } from '../daemon.js';
+import type { Controller, ControllerDeps } from './deps.js';
 import { CommandError, FS_COMMAND_TIMEOUT_MS, runCommand } from '../network/cmd.js';
-import type { Services } from '../services/index.js';
-import { KeyedQueue } from './engine.js';
+import { RetryingQueue } from './engine.js';
 
 /**
  * Checks a volume image before a VM mounts it (`e2fsck -fn`: read-only, no
@@ -31,22 +30,25 @@ export async function checkVolumeFile(file: string, timeoutMs = FS_COMMAND_TIMEO
  * `error` with a message.
  */
 export class VolumeController implements Controller {
-  private readonly queue: KeyedQueue;
+  private readonly queue: RetryingQueue;
   private off: (() => void) | null = null;
 
   constructor(
-    private readonly s: Services,
+    private readonly s: ControllerDeps,
     private readonly log: { warn(o: object, m: string): void; error(o: object, m: string): void },
   ) {
-    this.queue = new KeyedQueue((id, e) => log.error({ id, err: e }, 'volume reconcile failed'));
+    this.queue = new RetryingQueue(
+      (id) => this.reconcile(id),
+      (id, e, failures, retryMs) => log.error({ id, err: e, failures, retry_ms: retryMs }, 'volume reconcile failed'),
+    );
   }
 
   async start(): Promise<void> {
     this.off = this.s.store.onChange((c) => {
-      if (c.kind === 'volume') void this.queue.run(c.id, () => this.reconcile(c.id));
+      if (c.kind === 'volume') void this.queue.kick(c.id);
     });
     const all = await this.s.store.read((tx) => tx.volumes.all());
-    for (const v of all) void this.queue.run(v.id, () => this.reconcile(v.id));
+    for (const v of all) void this.queue.kick(v.id);
     const dir = dirname(this.s.paths.volume('x'));
     if (existsSync(dir)) {
       const known = new Set(all.map((v) => `${v.id}.ext4`));
@@ -56,7 +58,7 @@ export class VolumeController implements Controller {
 
   async stop(): Promise<void> {
     this.off?.();
-    await this.queue.drain();
+    await this.queue.stop();
   }
 
   private async reconcile(id: string): Promise<void> {
@@ -70,7 +72,7 @@ export class VolumeController implements Controller {
       mkdirSync(dirname(file), { recursive: true });
       const tmp = `${file}.tmp`;
       try {
-        // -b 4096: small images would otherwise get 1 KiB blocks (DATAPLANE-NOTES).
+        // -b 4096: small images would otherwise get 1 KiB blocks.
         await runCommand(['mkfs.ext4', '-q', '-F', '-b', '4096', '-E', 'root_owner=0:0', tmp, `${v.size_mb}M`], {
           timeoutMs: FS_COMMAND_TIMEOUT_MS,
         });

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { err } from '../errors.js';
 import type { InstanceRec } from '../store/types.js';
-import type { Services } from '../services/index.js';
+import type { ControllerDeps } from './deps.js';
 
 /** What a wake found: the master runs (true), or why it cannot serve (false). */
 export type WakeResult = { ok: true } | { ok: false; why: string };
@@ -20,15 +20,39 @@ export type WakeResult = { ok: true } | { ok: false; why: string };
  */
 export class Waker {
   private readonly inFlight = new Map<string, { held: number; done: Promise<WakeResult> }>();
+  /** when each group's last held caller was let go (ms since the epoch) */
+  private readonly released = new Map<string, number>();
 
   constructor(
-    private readonly deps: Services,
+    private readonly deps: ControllerDeps,
     private readonly log: Logger,
   ) {}
 
   /** Callers held for a group now (the idle clock of scale-to-zero must not stop a master they wait for). */
   held(groupId: string): number {
     return this.inFlight.get(groupId)?.held ?? 0;
+  }
+
+  /**
+   * When the group's last held caller was let go (ms since the epoch, 0 =
+   * never). A released caller is traffic on its way to the master: it counts
+   * as activity before the data plane's counters can show it.
+   */
+  lastReleased(groupId: string): number {
+    return this.released.get(groupId) ?? 0;
+  }
+
+  /**
+   * What scale-to-zero reads of a group's master (src/reconcile/autoscale.ts):
+   * what the data plane `seen` (open connections, last activity) together
+   * with the callers this waker holds or has just let go.
+   */
+  traffic(groupId: string, seen?: { busy: number; lastActivity: number }) {
+    return {
+      busy: seen?.busy ?? 0,
+      lastActivity: Math.max(seen?.lastActivity ?? 0, this.lastReleased(groupId)),
+      held: this.held(groupId),
+    };
   }
 
   async wake(groupId: string): Promise<WakeResult> {
@@ -48,6 +72,7 @@ export class Waker {
       return await f.done;
     } finally {
       f.held--;
+      this.released.set(groupId, this.deps.clock.now());
     }
   }
 

@@ -1,15 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../domain/refs.js';
 import { NEVER_RUN, nextState } from '../domain/instance-states.js';
-import { allocateIp, macFor } from '../domain/ipam.js';
+import { allocateIp } from '../domain/ipam.js';
+import { macFor } from '../network/address.js';
 import { NAME_MAX, randomSuffix } from '../domain/names.js';
 import { refTarget } from '../domain/refs.js';
 import { checkPolicy, type PolicyIn } from '../domain/steps.js';
 import { err } from '../errors.js';
 import type { AutoscaleRec, InstanceRec, PolicyRec, ServiceGroupRec, Tx, UserRec } from '../store/types.js';
-import { findGroup } from './groups.js';
-import type { Deps } from './index.js';
-import { findInstance } from './instances.js';
+import type { InstanceLifecycle, ServiceBase } from './deps.js';
+import type { GroupService } from './groups.js';
+import { findGroup, findInstance } from './lookup.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { assertHostCapacity } from './capacity.js';
 
@@ -46,9 +47,12 @@ export function checkAutoscaleParams(p: AutoscaleIn): void {
   checkPolicies(p.policies ?? []);
 }
 
+/** The peers the autoscale rules call: instances through a narrow interface, as instances call this service. */
+export type AutoscaleDeps = ServiceBase & { instances: InstanceLifecycle; groups: GroupService };
+
 /** Autoscale configuration and policies of a service group. The autoscaler reconciler acts on them. */
 export class AutoscaleService {
-  constructor(private readonly deps: Deps) {}
+  constructor(private readonly deps: AutoscaleDeps) {}
 
   private checkSizes(user: UserRec, min: number, max: number): void {
     const { limits } = effectiveQuotas(this.deps.config, user);

@@ -7,7 +7,7 @@ import { checkName, randomSuffix } from '../domain/names.js';
 import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
 import type { CertificateRec, Tx, UserRec } from '../store/types.js';
-import type { Deps } from './index.js';
+import type { ServiceBase } from './deps.js';
 import { findCertificate } from './lookup.js';
 
 export { findCertificate };
@@ -31,7 +31,7 @@ export class CertificateService {
   /** HTTP-01 answers the data plane gives while orders are validated */
   readonly challenges = new ChallengeAnswers();
 
-  constructor(private readonly deps: Deps) {
+  constructor(private readonly deps: ServiceBase) {
     this.files = new CertFiles(deps.paths.certs);
   }
 

@@ -5,7 +5,8 @@ import { checkServices, type ServiceIn } from '../domain/ports.js';
 import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
 import type { ServiceEntry, ServiceGroupRec, Tx, UserRec } from '../store/types.js';
-import type { Deps } from './index.js';
+import type { CertificateService } from './certificates.js';
+import type { ServiceBase } from './deps.js';
 import { assertQuota } from './users.js';
 import { findGroup } from './lookup.js';
 
@@ -25,7 +26,7 @@ export { findGroup };
 /**
  * Turns a requested domain name into an FQDN (stored without the trailing
  * dot). A name ending with a dot is taken as is; any other gets the metro
- * domain appended (api-v1.md, domain rules 1-2). `custom` is true for
+ * domain appended (the API spec's domain rules 1-2). `custom` is true for
  * domains outside the metro domain: they need their own certificate.
  */
 export function parseDomain(name: string, metro: string): { fqdn: string; custom: boolean } {
@@ -68,7 +69,7 @@ function generatedLabel(groupName: string): string {
 
 /** Service groups: published ports, domains and persistence. */
 export class GroupService {
-  constructor(private readonly deps: Deps) {}
+  constructor(private readonly deps: ServiceBase & { certificates: CertificateService }) {}
 
   /** Refuses reserved labels under the metro domain (e.g. `www`), and the metro domain itself. */
   private checkReserved(fqdn: string): void {

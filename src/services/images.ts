@@ -6,7 +6,7 @@ import { buildKernelImage, type KernelImageSpec } from '../images/build.js';
 import { importOciLayout } from '../images/import-oci.js';
 import { ImageLayout } from '../images/layout.js';
 import type { ImageRec, TagRec, Tx, UserRec } from '../store/types.js';
-import type { Deps } from './index.js';
+import type { ServiceBase } from './deps.js';
 
 export const OFFICIAL = 'official';
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
@@ -113,7 +113,7 @@ export interface ImportResult {
 
 /** Images visible to users: official ones and their own namespace. */
 export class ImageService {
-  constructor(private readonly deps: Deps) {}
+  constructor(private readonly deps: ServiceBase) {}
 
   /** Checks an import target: a tag reference in `official` or an existing user's namespace. */
   private async importTarget(ref: string): Promise<{ namespace: string; app: string; key: string }> {

@@ -3,8 +3,8 @@ import type { Target } from '../domain/refs.js';
 import { isLive } from '../domain/instance-states.js';
 import { tapName } from '../network/host.js';
 import type { UserRec } from '../store/types.js';
-import type { Deps } from './index.js';
-import { findInstance } from './instances.js';
+import type { ServiceBase } from './deps.js';
+import { findInstance } from './lookup.js';
 import { controllerWith } from './controller-access.js';
 
 /** What the machine controller offers (src/reconcile/machines.ts): CPU time and RSS of a VM's process. */
@@ -48,7 +48,7 @@ export function tapCounters(
  * gateway when those exist. Figures the platform does not measure (HTTP
  * requests in flight, queued) are left out rather than reported as 0.
  */
-export async function instanceMetrics(deps: Deps, user: UserRec, t: Target): Promise<Record<string, unknown>> {
+export async function instanceMetrics(deps: ServiceBase, user: UserRec, t: Target): Promise<Record<string, unknown>> {
   const i = await deps.store.read((tx) => findInstance(tx, user, t));
   const live = isLive(i.state);
   const vm = live ? controllerWith<MachineStats>(deps, 'stats')?.stats(i.id) : undefined;

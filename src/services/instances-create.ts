@@ -2,12 +2,16 @@ import { NEVER_RUN } from '../domain/instance-states.js';
 import { randomUUID } from 'node:crypto';
 import { parse as shellParse } from 'shell-quote';
 import { envValueProblem, wordProblem } from '../domain/cmdline.js';
-import { allocateIp, macFor } from '../domain/ipam.js';
+import { allocateIp } from '../domain/ipam.js';
+import { macFor } from '../network/address.js';
 import { instanceDefaultName, NAME_MAX, randomSuffix } from '../domain/names.js';
 import { err } from '../errors.js';
 import type { InstanceRec, RestartPolicy, ServiceGroupRec, Tx, UserRec, VolumeRec } from '../store/types.js';
-import type { Deps } from './index.js';
-import type { GroupDescription } from './groups.js';
+import type { AutoscaleService } from './autoscale.js';
+import type { ServiceBase } from './deps.js';
+import type { GroupDescription, GroupService } from './groups.js';
+import type { ImageService } from './images.js';
+import type { VolumeService } from './volumes.js';
 import { assertHostCapacity } from './capacity.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { checkMountPath } from '../domain/mount-path.js';
@@ -84,7 +88,7 @@ const POLICIES: Record<string, RestartPolicy> = {
 export const RESTART_POLICIES = Object.keys(POLICIES);
 
 /**
- * `args` as a string is split like a shell splits words (compat-notes.md).
+ * `args` as a string is split like a shell splits words, as the official clients do.
  * There is no shell environment to expand against, so `$VAR` and globs stay
  * literal (as a shell leaves an unmatched glob); a comment ends the words.
  */
@@ -175,9 +179,17 @@ function checkVolumeSpec(v: VolumeSpec, i: number): void {
   checkMountPath(v.at);
 }
 
+/** The peers the instance rules call (instances.ts and this file). */
+export type InstanceDeps = ServiceBase & {
+  images: ImageService;
+  groups: GroupService;
+  volumes: VolumeService;
+  autoscale: AutoscaleService;
+};
+
 /** Creates one instance (and its replicas, group, volume) inside `tx`. Returns the new records. */
 export async function createInTx(
-  deps: Deps,
+  deps: InstanceDeps,
   tx: Tx,
   user: UserRec,
   p: CreateParams,

@@ -10,8 +10,8 @@ import {
 import { err } from '../errors.js';
 import type { InstanceRec, InstanceState, Store, Tx, UserRec } from '../store/types.js';
 import { ConsoleLog } from '../machines/console-log.js';
-import type { Deps } from './index.js';
-import { createInTx, type CreateParams } from './instances-create.js';
+import { stopReasonWithoutVm } from '../machines/stop-info.js';
+import { createInTx, type CreateParams, type InstanceDeps } from './instances-create.js';
 import { assertHostCapacity } from './capacity.js';
 import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
@@ -34,7 +34,7 @@ export { findInstance };
 export class InstanceService {
   private hub: WaitHub | undefined;
 
-  constructor(private readonly deps: Deps) {}
+  constructor(private readonly deps: InstanceDeps) {}
 
   /** Every wait of the daemon (GET wait, start and create with a wait timeout). */
   get waits(): WaitHub {
@@ -190,7 +190,8 @@ export class InstanceService {
           drain_until: trigger === 'stop-drain' ? this.deps.clock.now() + drainMs : null,
           by: 'user',
         };
-        if (to === 'stopped') Object.assign(patch, this.stoppedFields(inst, p.force ? 28 : 15));
+        if (to === 'stopped')
+          Object.assign(patch, this.stoppedFields(inst, stopReasonWithoutVm('user', p.force ?? false)));
       }
       await tx.instances.update(inst.id, patch);
       return { uuid: inst.id, name: inst.name, state: patch.state ?? inst.state, previous_state: inst.state };

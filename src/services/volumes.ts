@@ -4,7 +4,7 @@ import { volumeDefaultName } from '../domain/names.js';
 import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
 import type { InstanceRec, Tx, UserRec, VolumeRec, VolumeState } from '../store/types.js';
-import type { Deps } from './index.js';
+import type { ServiceBase } from './deps.js';
 import { checkMountPath } from '../domain/mount-path.js';
 import { findInstance, findVolume } from './lookup.js';
 import { assertQuota, effectiveQuotas } from './users.js';
@@ -27,7 +27,7 @@ export function checkAttach(p: AttachIn): void {
 
 /** Persistent volumes: records here, image files by the volumes reconciler. */
 export class VolumeService {
-  constructor(private readonly deps: Deps) {}
+  constructor(private readonly deps: ServiceBase) {}
 
   async createInTx(
     tx: Tx,

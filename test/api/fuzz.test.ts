@@ -18,7 +18,7 @@ import { simMachines } from '../helpers/sim-machines.js';
 import { ENDPOINTS } from '../../src/api/routes/index.js';
 import { compile } from '../../src/api/request.js';
 import type { EndpointDef } from '../../src/api/endpoint.js';
-import { pathsFor } from '../../src/services/index.js';
+import { pathsFor } from '../../src/paths.js';
 import { adversarial, deepJson, mutate, shortTimeouts, valid, type Known } from '../helpers/fuzz-arbitraries.js';
 import { checkReply, type Sent } from '../helpers/fuzz-checks.js';
 

@@ -43,7 +43,7 @@ before(async () => {
       log,
       cpuMs: () => undefined,
       timers: never,
-      traffic: (groupId, id) => ({ ...(traffic.get(id) ?? { busy: 0, lastActivity: 0 }), held: waker.held(groupId) }),
+      traffic: (groupId, id) => waker.traffic(groupId, traffic.get(id)),
     });
     return [sim, scaler];
   });
@@ -168,6 +168,32 @@ describe('idle master to standby, and the wake', () => {
     const results = await Promise.all(Array.from({ length: 20 }, () => waker.wake(m.service_group_id!)));
     assert.ok(results.every((r) => r.ok));
     assert.equal((await get(m.id))!.start_count, starts + 1);
+  });
+
+  test('idle time starts when the woken master is ready and its held clients are let go', async () => {
+    const g = m.service_group_id!;
+    const standby = () => h.until(async () => ((await get(m.id))!.state === 'standby' ? true : undefined));
+    const boot = (patch: Partial<InstanceRec>) => h.daemon.store.tx((tx) => tx.instances.update(m.id, patch));
+    traffic.set(m.id, { busy: 0, lastActivity: 0 });
+    await pass(10_000);
+    await standby();
+    assert.ok((await waker.wake(g)).ok);
+    // spawned 5 s ago and ready 5 s ago, as far as the record says; the woken
+    // request was let go just now and the data plane's counters have not seen it yet
+    await boot({ started_at: new Date(now - 5000).toISOString(), boot_time_us: 1000 });
+    await pass(1000);
+    assert.equal((await get(m.id))!.state, 'running', 'the released request is traffic');
+    await pass(2000);
+    await standby(); // one cooldown after the release
+    assert.ok((await waker.wake(g)).ok);
+    now += 10_000; // the release is long past...
+    // ...but the boot was slow: spawned 6 s ago, ready 1 s ago
+    await boot({ started_at: new Date(now - 6000).toISOString(), boot_time_us: 5_000_000 });
+    await pass(0);
+    assert.equal((await get(m.id))!.state, 'running', 'boot time is not idle time');
+    await pass(2000);
+    await standby();
+    assert.ok((await waker.wake(g)).ok); // running again, as the next test expects
   });
 
   test('a held client keeps the master from standby', async () => {

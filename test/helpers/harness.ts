@@ -66,6 +66,11 @@ export async function startHarness(
     // harness daemons leave the host's KSM setting alone unless a test asks (test/vm/adopt.test.ts runs the real `serve`, defaults included)
     machines: { ...DEFAULTS.machines, ksm: false, ...over.machines },
     network: { ...DEFAULTS.network, ...over.network },
+    gateway: {
+      ...DEFAULTS.gateway,
+      ...over.gateway,
+      wake: { ...DEFAULTS.gateway.wake, ...over.gateway?.wake },
+    },
     // A fixed budget: results must not depend on the RAM of the machine running the tests.
     capacity: { ...DEFAULTS.capacity, memoryMb: 1_000_000, vcpusPerCore: 0, ...over.capacity },
     // Many tests send bad tokens on purpose from 127.0.0.1; test/api/rate-limit.test.ts turns the limit on.

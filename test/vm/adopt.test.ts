@@ -13,7 +13,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
-import { pathsFor } from '../../src/services/index.js';
+import { pathsFor } from '../../src/paths.js';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
 import { alive, guestOut, killLeaks, poll, qemuProcs, ROOT } from '../helpers/vm.js';
 

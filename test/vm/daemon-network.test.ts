@@ -258,14 +258,20 @@ if (!insideTestNetns()) {
         assert.equal(r.status, 200);
         assert.match(r.body, /hello from unihost/);
       }
-      const c = gw.counters();
-      assert.ok(
-        (c.instances[ids.w1]?.requests ?? 0) > 0 && (c.instances[ids.w2]?.requests ?? 0) > 0,
-        `both backends served: ${JSON.stringify(c.instances)}`,
-      );
-      const before = c.instances[bobId]?.requests ?? 0;
+      // counters come from the data plane's stats (HAProxy: read every 250 ms), so wait for them
+      const served = (): boolean => {
+        const c = gw.counters();
+        return (c.instances[ids.w1]?.requests ?? 0) > 0 && (c.instances[ids.w2]?.requests ?? 0) > 0;
+      };
+      await poll(`both backends served: ${JSON.stringify(gw.counters().instances)}`, served, 5_000);
+      const before = gw.counters().instances[bobId]?.requests ?? 0;
       assert.equal((await get(bobFqdn)).status, 200);
-      assert.equal(gw.counters().instances[bobId]?.requests, before + 1, "bob's name reaches bob's instance");
+      // counters come from the data plane's stats (HAProxy: read every 250 ms), so wait for them
+      await poll(
+        "bob's name reaches bob's instance",
+        () => gw.counters().instances[bobId]?.requests === before + 1,
+        5_000,
+      );
       // unknown names are refused; port 80 redirects to https keeping host, path and query
       const unknown = await request(`http://127.0.0.1:${httpPort}/`, {
         headers: { host: `nope.${h.daemon.config.metroDomain}` },

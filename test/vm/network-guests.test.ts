@@ -19,7 +19,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { HostNetwork, tapName, type TapSpec } from '../../src/network/host.js';
-import { macFor } from '../../src/domain/ipam.js';
+import { macFor } from '../../src/network/address.js';
 import { hostTscKhz } from '../../src/machines/qemu/argv.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));

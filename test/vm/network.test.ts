@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { HostNetwork, tapName, type TapSpec } from '../../src/network/host.js';
-import { macFor } from '../../src/domain/ipam.js';
+import { macFor } from '../../src/network/address.js';
 
 const canRun = process.getuid?.() === 0 && has('ip') && has('nft');
 function has(cmd: string): boolean {

@@ -5,7 +5,7 @@ import { checkGroupDescription, type GroupDescription } from '../../services/gro
 import { checkAutoscaleParams, type AutoscaleIn } from '../../services/autoscale.js';
 import { checkPolicy, type PolicyIn } from '../../domain/steps.js';
 import { err } from '../../errors.js';
-import type { Ctx, Entry } from '../endpoint.js';
+import type { HandlerCtx, Entry } from '../endpoint.js';
 import { checkedEach, summaryOr } from './checked.js';
 
 export const GroupServiceEntry = Type.Object(
@@ -221,7 +221,7 @@ function groupOf(e: Entry<unknown>): { uuid: string } {
 }
 
 /** Policies of a group, one entry each; a failure is the single error entry. */
-async function policiesOf(ctx: Ctx, e: Entry<unknown>, name: string | undefined) {
+async function policiesOf(ctx: HandlerCtx, e: Entry<unknown>, name: string | undefined) {
   try {
     const ps = await ctx.services.autoscale.getPolicies(ctx.user, groupOf(e), name);
     return ps.map((p) => ({ status: 'success', ...p }));

@@ -36,7 +36,7 @@ export const volumeEndpoints = [
     batch: true,
     params: Type.Object({}),
     list: (ctx) => ctx.services.volumes.list(ctx.user, {}),
-    // Listed volumes have no attached_to (api-v1.md).
+    // Listed volumes have no attached_to (as the API spec's list shows them).
     handle: async (ctx, e, q) => ctx.services.volumes.get(ctx.user, e.target!, q.details !== false, e.listed),
     response: Summary,
   }),

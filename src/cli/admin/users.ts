@@ -18,7 +18,8 @@ export async function withServices<T>(
   // The store may be created here (first import before the first start): same modes as the daemon's.
   restrictFileModes(config.dataDir);
   // loaded here, not at the top: client commands start faster without the store's modules
-  const { createServices, pathsFor } = await import('../../services/index.js');
+  const { createServices } = await import('../../services/index.js');
+  const { pathsFor } = await import('../../paths.js');
   const { SqliteStore } = await import('../../store/sqlite/index.js');
   const store = new SqliteStore(pathsFor(config.dataDir).db);
   try {

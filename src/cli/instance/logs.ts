@@ -4,7 +4,7 @@ import { ref, type LogChunk, type Ref, type UnihostClient } from '../../client/i
 import { ctxOf, examples } from '../shared/context.js';
 import { durationMs, positiveInt } from '../shared/parse.js';
 
-/** Public clients cap `limit` at 16383 (compat-notes.md); the server may return less. */
+/** Public clients cap `limit` at 16383 (their range check); the server may return less. */
 const CHUNK = 16383;
 
 /** Where the next read starts: after the returned bytes, or where an empty read stood. */

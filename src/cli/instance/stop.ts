@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { ref, type Ref } from '../../client/index.js';
 import { rethrow, settle } from '../shared/batch.js';
-import { ctxOf, examples, type Ctx } from '../shared/context.js';
+import { ctxOf, examples, type CommandCtx } from '../shared/context.js';
 import { listTable } from '../shared/output.js';
 import { durationMs } from '../shared/parse.js';
 import { withSpinner } from '../shared/spinner.js';
@@ -26,7 +26,7 @@ export function transitionsTable(list: Transition[]): string {
 }
 
 /** Waits for `state` on the instances that are not there yet; returns the final states. */
-export async function waitFor(ctx: Ctx, list: Transition[], state: 'running' | 'stopped', ms: number) {
+export async function waitFor(ctx: CommandCtx, list: Transition[], state: 'running' | 'stopped', ms: number) {
   const pending: Ref[] = list.filter((i) => i.state !== state).map((i) => ({ uuid: i.uuid }));
   if (ms <= 0 || pending.length === 0) return list;
   const done = await withSpinner(`waiting for ${pending.length} instance(s) to be ${state}`, () =>

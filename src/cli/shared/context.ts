@@ -18,7 +18,8 @@ export function addClientOptions(cmd: Command): Command {
     .option('-o, --output <format>', 'output format: table, json or yaml', 'table');
 }
 
-export interface Ctx {
+/** What a leaf command works with: the API client and the output format. */
+export interface CommandCtx {
   client: UnihostClient;
   format: Format;
   /** prints `data` as JSON/YAML, or `human()` for tables */
@@ -26,7 +27,7 @@ export interface Ctx {
 }
 
 /** The client and output format of a leaf command, from its options and its parents'. */
-export function ctxOf(cmd: Command): Ctx {
+export function ctxOf(cmd: Command): CommandCtx {
   const o = cmd.optsWithGlobals<GlobalOpts>();
   const format = parseFormat(o.output);
   const client = UnihostClient.from({ metro: o.metro, token: o.token, profile: o.profile });

@@ -87,7 +87,7 @@ function injectBeforeDashes(cmdline: string, param: string): string {
   return `${cmdline.slice(0, i)} ${param}${cmdline.slice(i)}`.replace(/^\s+/, '');
 }
 
-/** Host TSC frequency in kHz (DATAPLANE-NOTES: microvm guests need it), or 0 when unknown. */
+/** Host TSC frequency in kHz (microvm has no HPET or PM timer: a Linux guest cannot calibrate the TSC and hangs without `tsc_early_khz`), or 0 when unknown. */
 export function hostTscKhz(): number {
   try {
     const m = /cpu MHz\s*:\s*([\d.]+)/.exec(readFileSync('/proc/cpuinfo', 'utf8'));

@@ -1,0 +1,107 @@
+/**
+ * bench/gateway's HAProxy side: the data plane on HAProxy in its own child
+ * process, and the route change latency of a data plane (an instance
+ * becomes running → the first request that reaches it).
+ */
+import http from 'node:http';
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { HaproxyDataPlane } from '../src/gateway/haproxy/plane.js';
+import type { Backend, DataPlane, Route } from '../src/gateway/types.js';
+
+export const HOST = 'bench-abcd1234.bench.test';
+const LATE = 'late-abcd1234.bench.test';
+
+interface Ports {
+  http: number;
+  tls: number;
+  tcp: number;
+}
+
+export const benchRoute = (groupId: string, port: number, dst: number, handlers: string[], fqdn = HOST): Route => ({
+  groupId,
+  userId: 'u',
+  port,
+  destinationPort: dst,
+  handlers,
+  fqdns: [fqdn],
+});
+
+function status(port: number, host: string): Promise<number> {
+  return new Promise((resolve) => {
+    http
+      .get({ host: '127.0.0.1', port, path: '/', headers: { host }, agent: false }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      })
+      .on('error', () => resolve(0));
+  });
+}
+
+/**
+ * Route change latency: group `late` on port 81 has no instance; at t0 its
+ * instance is marked running and the data plane told (what the gateway
+ * controller does on a store change); the figure is t0 → the first 200.
+ * Median and worst of `rounds`.
+ */
+export async function routeChange(
+  plane: DataPlane,
+  table: Map<string, Backend[]>,
+  routes: Route[],
+  backendHttp: number,
+  rounds = 10,
+): Promise<{ median: number; max: number }> {
+  const all = [...routes, benchRoute('late', 81, backendHttp, ['http'], LATE)];
+  const ms: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    table.set('late', []);
+    await plane.setRoutes(all);
+    const port = plane.boundPort(81)!;
+    while ((await status(port, LATE)) === 200) await new Promise((r) => setTimeout(r, 5));
+    const t0 = performance.now();
+    table.set('late', [{ instanceId: `late-${i}`, host: '127.0.0.1', state: 'running' }]);
+    void plane.setRoutes(all);
+    while ((await status(port, LATE)) !== 200) {
+      if (performance.now() - t0 > 10_000) throw new Error('route change took over 10 s');
+    }
+    ms.push(performance.now() - t0);
+  }
+  ms.sort((a, b) => a - b);
+  return { median: ms[Math.floor(ms.length / 2)]!, max: ms[ms.length - 1]! };
+}
+
+/** Child: the HAProxy data plane routing HOST (one thread, like nginx's one worker). */
+export async function haproxyChild(msg: {
+  cert: string;
+  key: string;
+  backend: Ports;
+}): Promise<Ports & { routeMs: { median: number; max: number } }> {
+  const table = new Map<string, Backend[]>([
+    ['g', [{ instanceId: 'i1', host: '127.0.0.1', state: 'running' }]],
+    ['t', [{ instanceId: 'i2', host: '127.0.0.1', state: 'running' }]],
+  ]);
+  const plane = new HaproxyDataPlane({
+    dataDir: await mkdtemp(path.join(tmpdir(), 'uh-bench-haproxy-')),
+    listenHost: '127.0.0.1',
+    portMap: () => 0,
+    tls: { cert: msg.cert, key: msg.key },
+    metroDomain: 'bench.test',
+    backends: (g) => table.get(g) ?? [],
+    log: pino({ level: 'warn' }),
+    threads: 1,
+  });
+  await plane.start();
+  const stop = (): void => void plane.close().finally(() => process.exit(0));
+  process.once('SIGTERM', stop);
+  process.once('disconnect', stop);
+  const routes = [
+    benchRoute('g', 80, msg.backend.http, ['http']),
+    benchRoute('g', 443, msg.backend.http, ['tls', 'http']),
+    benchRoute('t', 8443, msg.backend.tcp, ['tls']),
+  ];
+  const routeMs = await routeChange(plane, table, routes, msg.backend.http);
+  await plane.setRoutes(routes);
+  return { http: plane.boundPort(80)!, tls: plane.boundPort(443)!, tcp: plane.boundPort(8443)!, routeMs };
+}

@@ -1,0 +1,282 @@
+import path from 'node:path';
+import type { Backend, GatewayLimits, Route } from '../types.js';
+import { ACME_TLS_ALPN } from './acme-tls.js';
+
+/** The data plane's wanted state, from which the whole configuration is rendered. */
+export interface PlaneState {
+  listenHost: string;
+  /** nbthread; undefined = HAProxy's default */
+  threads?: number;
+  limits: GatewayLimits;
+  /** the activator's port on 127.0.0.1 */
+  activatorPort: number;
+  /** TLS-ALPN-01: the names with a challenge and the port of the listener that answers them (acme-tls.ts) */
+  acme: { port: number; names: string[] };
+  /** public port -> bound port and its routes */
+  ports: Map<number, { bound: number; routes: Route[] }>;
+  /** TCP group backend -> the activator's TCP listener for it (its `backup` server) */
+  wakePorts: Map<string, number>;
+  /** group id -> its instances (only running and draining ones are rendered) */
+  backends: (groupId: string) => Backend[];
+}
+
+/** Files under <dataDir>/haproxy/. */
+export function planeFiles(dir: string) {
+  return {
+    dir,
+    config: path.join(dir, 'haproxy.cfg'),
+    admin: path.join(dir, 'admin.sock'),
+    master: path.join(dir, 'master.sock'),
+    pid: path.join(dir, 'haproxy.pid'),
+    crtList: path.join(dir, 'certs', 'crt-list.txt'),
+    certs: path.join(dir, 'certs'),
+    map: (port: number) => path.join(dir, `port-${port}.map`),
+    /** where a TLS port's pre-inspection hands ordinary clients to its TLS frontend (with the PROXY protocol) */
+    tlsSocket: (port: number) => path.join(dir, `tls-${port}.sock`),
+  };
+}
+export type PlaneFiles = ReturnType<typeof planeFiles>;
+
+/** HAProxy names allow [A-Za-z0-9_.:-]; ids are made of those, anything else is replaced. */
+const safe = (s: string): string => s.replace(/[^A-Za-z0-9_.:-]/g, '_');
+export const backendName = (port: number, groupId: string): string => `g${port}_${safe(groupId)}`;
+export const serverName = (instanceId: string): string => safe(instanceId);
+export const activatorName = (port: number): string => `uh_activator_${port}`;
+
+const isTls = (rs: Route[]): boolean => rs.some((r) => r.handlers.includes('tls'));
+const allHttp = (rs: Route[]): boolean => rs.every((r) => r.handlers.includes('http'));
+/** A TLS port whose routes all speak HTTP is an HTTP frontend (HTTP/2 by ALPN); mixed ones stay TCP. */
+export const frontendMode = (rs: Route[]): 'http' | 'tcp' => (!isTls(rs) || allHttp(rs) ? 'http' : 'tcp');
+
+/** The routes of each public port. */
+export function routesByPort(routes: Route[]): Map<number, Route[]> {
+  const m = new Map<number, Route[]>();
+  for (const r of routes) m.set(r.port, [...(m.get(r.port) ?? []), r]);
+  return m;
+}
+
+/** Host (or SNI) -> backend lines of a port's map file; only HTTP routes on plain ports. */
+export function mapEntries(port: number, routes: Route[]): Map<string, string> {
+  const m = new Map<string, string>();
+  const tls = isTls(routes);
+  for (const r of routes) {
+    if (tls !== r.handlers.includes('tls')) continue; // disagreeing routes are unreachable
+    if (!tls && !r.handlers.includes('http')) continue; // the activator explains these
+    for (const f of r.fqdns) m.set(f, backendName(port, r.groupId));
+  }
+  return m;
+}
+
+const sec = (ms: number): string => `${Math.max(1, Math.ceil(ms))}ms`;
+
+function globalSection(s: PlaneState, f: PlaneFiles): string[] {
+  const l = s.limits;
+  return [
+    'global',
+    `  stats socket ${f.admin} mode 600 level admin expose-fd listeners`,
+    '  stats timeout 30s',
+    ...(s.threads ? [`  nbthread ${s.threads}`] : []),
+    // Room for the largest accepted head plus HAProxy's rewrite reserve; larger heads get 431 below.
+    `  tune.bufsize ${Math.max(16384, l.maxHeaderSize * 2 + 1024)}`,
+    '  hard-stop-after 1h',
+    '  log stderr format raw local0 err',
+    '',
+    'defaults',
+    '  log global',
+    `  timeout connect ${sec(l.connectTimeoutMs)}`,
+    `  timeout client ${sec(l.idleTimeoutMs)}`,
+    `  timeout server ${sec(l.upstreamHeadersTimeoutMs)}`,
+    `  timeout http-request ${sec(l.headersTimeoutMs)}`,
+    `  timeout http-keep-alive ${sec(l.keepAliveTimeoutMs)}`,
+    `  timeout tunnel ${sec(l.tcpIdleTimeoutMs)}`,
+    `  timeout client-fin 5s`,
+    // a half-closed server side (a guest that never closes after the client left) ends too
+    `  timeout server-fin 5s`,
+    '  option dontlognull',
+    '',
+  ];
+}
+
+/**
+ * HAProxy 2.6 has no TLS handshake timeout of its own (2.8's `timeout client-hs`): on TLS ports the
+ * client timeout is the handshake's, so a client that never says hello is closed in time. Idle
+ * kept-alive HTTP and established TCP streams have their own timeouts (http-keep-alive, tunnel).
+ */
+const handshakeTimeout = (l: GatewayLimits): string[] => [`  timeout client ${sec(l.handshakeTimeoutMs)}`];
+
+function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, routes: Route[]): string[] {
+  const l = s.limits;
+  const mode = frontendMode(routes);
+  const tls = isTls(routes);
+  const act = activatorName(port);
+  const alpn = mode === 'http' ? ' alpn h2,http/1.1' : '';
+  const ssl = tls ? ` ssl crt-list ${f.crtList} strict-sni${alpn}` : '';
+  const inspect = tls && s.acme.names.length > 0;
+  const out = inspect
+    ? [
+        ...acmeInspection(s, f, port, bound),
+        `frontend p${port}_tls`,
+        `  mode ${mode}`,
+        // the PROXY protocol gives this frontend the client's address (X-Forwarded-For, logs)
+        `  bind unix@${f.tlsSocket(port)} mode 600 accept-proxy${ssl}`,
+        `  maxconn ${l.maxConnections}`,
+        ...handshakeTimeout(l),
+      ]
+    : [
+        `frontend p${port}`,
+        `  mode ${mode}`,
+        `  bind ${s.listenHost}:${bound}${ssl}`,
+        ...(tls ? handshakeTimeout(l) : []),
+        ...clientLimits(l),
+      ];
+  const groups = [...new Set(routes.map((r) => r.groupId))];
+  const httpGroups = routes.filter((r) => r.handlers.includes('http')).map((r) => r.groupId);
+  if (mode === 'http') {
+    out.push(
+      // `req.hdrs` rebuilds the whole head, a fifth of the request rate: only for requests whose
+      // buffered size (headers without ": " and CRLF, so a little less than the head) could exceed it
+      `  http-request return status 431 content-type text/plain string "Request Header Fields Too Large" if { req.len gt ${Math.floor(l.maxHeaderSize / 2)} } { req.hdrs,length gt ${l.maxHeaderSize} }`,
+      '  http-request set-var(txn.host) req.hdr(host),field(1,:),lower',
+    );
+    if (tls) {
+      out.push(
+        '  http-request set-var(txn.sni) ssl_fc_sni,lower',
+        '  acl host_same var(txn.host),strcmp(txn.sni) eq 0',
+        '  http-request return status 421 content-type "text/plain; charset=utf-8" lf-string "unihost: this connection is for %[var(txn.sni)], not %[var(txn.host)]." if { var(txn.host) -m found } !host_same',
+        `  http-request set-var(txn.be) var(txn.sni),map(${f.map(port)})`,
+      );
+    } else {
+      // ACME HTTP-01 before any routing or redirect (docs/certificates.md).
+      out.push(
+        `  http-request set-var(txn.be) var(txn.host),map(${f.map(port)})`,
+        `  use_backend ${act} if { path_beg /.well-known/acme-challenge/ }`,
+      );
+    }
+  } else {
+    out.push(
+      '  tcp-request inspect-delay 5s',
+      `  tcp-request content set-var(txn.be) ssl_fc_sni,lower,map(${f.map(port)})`,
+      '  tcp-request content reject if !{ var(txn.be) -m found }',
+    );
+  }
+  // A group without a usable instance goes to the activator (HTTP: wake or 503; TCP: no server, closed).
+  for (const g of groups) {
+    if (!httpGroups.includes(g)) continue;
+    const b = backendName(port, g);
+    out.push(`  use_backend ${act} if { var(txn.be) -m str ${b} } { nbsrv(${b}) eq 0 }`);
+  }
+  out.push('  use_backend %[var(txn.be)] if { var(txn.be) -m found }', `  default_backend ${act}`, '');
+  return out;
+}
+
+/** Connection limits on the frontend that accepts the client's connection (its own address). */
+function clientLimits(l: GatewayLimits): string[] {
+  return [
+    `  maxconn ${l.maxConnections}`,
+    `  stick-table type ip size 100k expire 10m store conn_cur`,
+    '  tcp-request connection track-sc0 src',
+    `  tcp-request connection reject if { sc0_conn_cur gt ${l.maxConnectionsPerIp} }`,
+  ];
+}
+
+/**
+ * While TLS-ALPN-01 challenges exist (rare: rendered then, with a reload), a
+ * TLS port's public bind reads the ClientHello first: a client offering
+ * `acme-tls/1` for a challenged name goes to the activator's TLS listener,
+ * every other connection to the port's TLS frontend over a unix socket
+ * with the PROXY protocol (so the client's address stays known there). The
+ * per-client limits apply here, where the client's address is the socket's.
+ */
+function acmeInspection(s: PlaneState, f: PlaneFiles, port: number, bound: number): string[] {
+  return [
+    `frontend p${port}`,
+    '  mode tcp',
+    `  bind ${s.listenHost}:${bound}`,
+    ...clientLimits(s.limits),
+    `  tcp-request inspect-delay ${sec(s.limits.handshakeTimeoutMs)}`,
+    '  tcp-request content accept if { req.ssl_hello_type 1 }',
+    `  acl acme_name req.ssl_sni,lower -m str ${s.acme.names.join(' ')}`,
+    `  use_backend uh_acme_tls if { req.ssl_alpn -m str ${ACME_TLS_ALPN} } acme_name`,
+    `  default_backend p${port}_tls`,
+    '',
+    `backend p${port}_tls`,
+    '  mode tcp',
+    `  server tls unix@${f.tlsSocket(port)} send-proxy-v2`,
+    '',
+  ];
+}
+
+function backend(s: PlaneState, port: number, r: Route): string[] {
+  const http = r.handlers.includes('http');
+  const out = [`backend ${backendName(port, r.groupId)}`, `  mode ${http ? 'http' : 'tcp'}`, '  balance roundrobin'];
+  if (r.handlers.includes('redirect')) {
+    out.push(
+      '  http-request redirect scheme https code 301 if METH_GET or METH_HEAD',
+      '  http-request redirect scheme https code 308',
+      '',
+    );
+    return out;
+  }
+  if (http) {
+    out.push(
+      '  http-reuse safe',
+      // a request that failed before any response goes to another
+      // instance, but only an idempotent one (RFC 9110 9.2.2)
+      '  retries 2',
+      '  option redispatch 1',
+      '  retry-on conn-failure empty-response',
+      '  http-request disable-l7-retry unless METH_GET or METH_HEAD or METH_OPTIONS or METH_PUT or METH_DELETE or METH_TRACE',
+      '  http-request del-header x-forwarded-for',
+      '  http-request del-header x-forwarded-host',
+      '  option forwardfor',
+      '  http-request set-header x-forwarded-proto https if { ssl_fc }',
+      '  http-request set-header x-forwarded-proto http if !{ ssl_fc }',
+      '  http-request set-header x-forwarded-host %[req.hdr(host)] if { req.hdr(host) -m found }',
+    );
+  }
+  const wake = s.wakePorts.get(backendName(port, r.groupId));
+  if (!http && wake) out.push(`  server uh_wake 127.0.0.1:${wake} backup`);
+  for (const b of s.backends(r.groupId)) {
+    if (b.state === 'other') continue;
+    out.push(
+      // drains are runtime state (`set server state drain`), set again after every load
+      `  server ${serverName(b.instanceId)} ${b.host}:${r.destinationPort}`,
+    );
+  }
+  out.push('');
+  return out;
+}
+
+function activator(s: PlaneState, port: number): string[] {
+  return [
+    `backend ${activatorName(port)}`,
+    '  mode http',
+    '  http-request del-header x-unihost-port',
+    `  http-request set-header x-unihost-port ${port}`,
+    '  option forwardfor',
+    `  server activator 127.0.0.1:${s.activatorPort}`,
+    '',
+  ];
+}
+
+/** The whole configuration. Deterministic for one state, so rendering twice changes nothing. */
+export function renderConfig(s: PlaneState, f: PlaneFiles): string {
+  const out = globalSection(s, f);
+  if (s.acme.names.length > 0)
+    out.push('backend uh_acme_tls', '  mode tcp', `  server acme 127.0.0.1:${s.acme.port}`, '');
+  for (const [port, { bound, routes }] of [...s.ports].sort((a, b) => a[0] - b[0])) {
+    out.push(...frontend(s, f, port, bound, routes), ...activator(s, port));
+    const seen = new Set<string>();
+    for (const r of routes) {
+      const name = backendName(port, r.groupId);
+      if (seen.has(name)) continue;
+      seen.add(name);
+      out.push(...backend(s, port, r));
+    }
+  }
+  return `${out.join('\n')}\n`;
+}
+
+export function renderMap(entries: Map<string, string>): string {
+  return [...entries].map(([k, v]) => `${k} ${v}\n`).join('');
+}

@@ -1,0 +1,175 @@
+import type { Counter, Counters, Route } from '../types.js';
+import { backendName } from './config.js';
+import { parseStat } from './runtime.js';
+import type { ServerTable } from './servers.js';
+
+const counter = (): Counter => ({ openConnections: 0, requests: 0, bytesIn: 0, bytesOut: 0, lastActivity: 0 });
+
+/** Which group and instance a stats row (proxy, server) belongs to. */
+export interface StatNames {
+  /** backend name -> group id */
+  group(proxy: string): string | undefined;
+  /** (backend, server) -> instance id */
+  instance(proxy: string, server: string): string | undefined;
+  /** frontend name -> public port */
+  port(proxy: string): number | undefined;
+}
+
+interface Totals {
+  requests: number;
+  bytesIn: number;
+  bytesOut: number;
+}
+
+/**
+ * The `Counters` (types.ts), from HAProxy's `show stat`: requests
+ * (`req_tot` for HTTP, sessions for TCP), bytes and current sessions per
+ * group backend and per server. HAProxy starts from zero after a reload or
+ * restart; the totals here add what the previous process had counted so
+ * they only grow. `lastActivity` moves when a total moved or sessions are
+ * open, at the poll's resolution.
+ */
+export class StatCounters {
+  private readonly groups = new Map<string, Counter>();
+  private readonly instances = new Map<string, Counter & { groupId: string }>();
+  /** per stats row: the last totals seen (the growth since is added at the next poll) */
+  private readonly rows = new Map<string, { last: Totals }>();
+  private readonly ports = new Map<number, number>();
+  private readonly scur = new Map<string, number>();
+
+  constructor(
+    private readonly hooks: {
+      onActivity?: (groupId: string, instanceId: string) => void;
+      onIdle?: (instanceId: string) => void;
+    },
+  ) {}
+
+  /** Folds one `show stat` answer in. */
+  update(csv: string, names: StatNames, now = Date.now()): void {
+    const groupOpen = new Map<string, number>();
+    const instOpen = new Map<string, number>();
+    this.ports.clear();
+    for (const r of parseStat(csv)) {
+      const px = r.pxname ?? '';
+      const sv = r.svname ?? '';
+      const cur = Number(r.scur) || 0;
+      if (sv === 'FRONTEND') {
+        const p = names.port(px);
+        if (p !== undefined) this.ports.set(p, cur);
+        continue;
+      }
+      const groupId = names.group(px);
+      if (!groupId) continue;
+      const t = this.totals(`${px}/${sv}`, r);
+      if (sv === 'BACKEND') {
+        const g = this.group(groupId);
+        groupOpen.set(groupId, (groupOpen.get(groupId) ?? 0) + cur);
+        this.add(g, t, cur, now);
+        continue;
+      }
+      const id = names.instance(px, sv);
+      if (!id) continue;
+      const i = this.instance(groupId, id);
+      instOpen.set(id, (instOpen.get(id) ?? 0) + cur);
+      if (this.add(i, t, cur, now)) this.hooks.onActivity?.(groupId, id);
+    }
+    for (const [id, g] of this.groups) g.openConnections = groupOpen.get(id) ?? 0;
+    for (const [id, i] of this.instances) {
+      const was = this.scur.get(id) ?? 0;
+      i.openConnections = instOpen.get(id) ?? 0;
+      this.scur.set(id, i.openConnections);
+      if (was > 0 && i.openConnections === 0) this.hooks.onIdle?.(id);
+    }
+  }
+
+  /** Adds the row's growth since the last poll to a counter; true when anything moved. */
+  private add(c: Counter, t: Totals & { delta: Totals }, cur: number, now: number): boolean {
+    c.requests += t.delta.requests;
+    c.bytesIn += t.delta.bytesIn;
+    c.bytesOut += t.delta.bytesOut;
+    const moved = t.delta.requests + t.delta.bytesIn + t.delta.bytesOut > 0 || cur > 0;
+    if (moved) c.lastActivity = now;
+    return moved;
+  }
+
+  private totals(key: string, r: Record<string, string>): Totals & { delta: Totals } {
+    const http = r.req_tot !== undefined && r.req_tot !== '';
+    const now: Totals = {
+      requests: Number(http ? r.req_tot : r.stot) || 0,
+      bytesIn: Number(r.bin) || 0,
+      bytesOut: Number(r.bout) || 0,
+    };
+    let row = this.rows.get(key);
+    if (!row) this.rows.set(key, (row = { last: { requests: 0, bytesIn: 0, bytesOut: 0 } }));
+    // a counter going down means a new HAProxy process: it starts from zero
+    const reset = now.requests < row.last.requests || now.bytesIn < row.last.bytesIn;
+    const prev = reset ? { requests: 0, bytesIn: 0, bytesOut: 0 } : row.last;
+    const delta = {
+      requests: now.requests - prev.requests,
+      bytesIn: now.bytesIn - prev.bytesIn,
+      bytesOut: Math.max(0, now.bytesOut - prev.bytesOut),
+    };
+    row.last = now;
+    return { ...now, delta };
+  }
+
+  /** Traffic the activator answered itself (no instance): bytes count for the group, requests do not. */
+  addGroupBytes(groupId: string, bytesIn: number, bytesOut: number, now = Date.now()): void {
+    const g = this.group(groupId);
+    g.bytesIn += bytesIn;
+    g.bytesOut += bytesOut;
+    g.lastActivity = now;
+  }
+
+  group(groupId: string): Counter {
+    let c = this.groups.get(groupId);
+    if (!c) this.groups.set(groupId, (c = counter()));
+    return c;
+  }
+
+  private instance(groupId: string, instanceId: string): Counter & { groupId: string } {
+    let c = this.instances.get(instanceId);
+    if (!c) this.instances.set(instanceId, (c = { ...counter(), groupId }));
+    return c;
+  }
+
+  connections(instanceId: string): number {
+    return this.instances.get(instanceId)?.openConnections ?? 0;
+  }
+
+  clientConnections(port: number): number {
+    return this.ports.get(port) ?? 0;
+  }
+
+  forgetInstance(instanceId: string): void {
+    if (this.connections(instanceId) > 0) return;
+    this.instances.delete(instanceId);
+    this.scur.delete(instanceId);
+  }
+
+  keepGroups(live: Set<string>): void {
+    for (const [id, c] of this.groups) if (!live.has(id) && c.openConnections === 0) this.groups.delete(id);
+  }
+
+  snapshot(): Counters {
+    const out: Counters = { groups: {}, instances: {} };
+    for (const [id, c] of this.groups) out.groups[id] = { ...c };
+    for (const [id, c] of this.instances) out.instances[id] = { ...c };
+    return out;
+  }
+}
+
+/** What the stats' proxy and server names stand for, with this route table and these servers. */
+export function statNames(routes: Route[], servers: ServerTable): StatNames {
+  const groups = new Map<string, string>();
+  const ports = new Map<string, number>();
+  for (const r of routes) {
+    groups.set(backendName(r.port, r.groupId), r.groupId);
+    ports.set(`p${r.port}`, r.port);
+  }
+  return {
+    group: (px: string) => groups.get(px),
+    instance: (px: string, sv: string) => servers.get(px)?.get(sv)?.instanceId,
+    port: (px: string) => ports.get(px),
+  };
+}

@@ -1,0 +1,292 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import http from 'node:http';
+import http2 from 'node:http2';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import {
+  BackendTable,
+  backendPair,
+  METRO,
+  readUntil,
+  request,
+  route,
+  silent,
+  testCa,
+  tlsConnect,
+  until,
+  type TestBackend,
+} from '../testing.js';
+import type { Route } from '../types.js';
+import { HaproxyDataPlane, type HaproxyPlaneOptions } from './plane.js';
+import { RuntimeApi } from './runtime.js';
+
+const A = `app-aaaa1111.${METRO}`;
+const R = `red-1.${METRO}`;
+const T = `tcp-1.${METRO}`;
+
+async function startPlane(dataDir: string, table: BackendTable, extra: Partial<HaproxyPlaneOptions> = {}) {
+  const ca = await testCa();
+  const p = new HaproxyDataPlane({
+    dataDir,
+    listenHost: '127.0.0.1',
+    portMap: () => 0,
+    tls: { cert: ca.cert, key: ca.key },
+    metroDomain: METRO,
+    backends: table.get,
+    log: silent,
+    statsIntervalMs: 50,
+    ...extra,
+  });
+  await p.start();
+  return p;
+}
+
+describe('gateway on HAProxy', () => {
+  let a: [TestBackend, TestBackend];
+  let t: [TestBackend, TestBackend];
+  let dir: string;
+  let plane: HaproxyDataPlane;
+  let routes: Route[];
+  const table = new BackendTable();
+  const woken: string[] = [];
+  const idle: string[] = [];
+  let wakeT = false;
+  const apply = async (): Promise<void> => {
+    for (const r of await plane.setRoutes(routes)) assert.equal(r.error, undefined);
+  };
+
+  before(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-test-'));
+    a = await backendPair('http', 'A');
+    t = await backendPair('tcp', 'T');
+    await table.set('gA', a);
+    await table.set('gT', t);
+    await table.set('gR', []);
+    routes = [
+      route('gA', 80, a[0].port, ['http'], [A]),
+      route('gA', 443, a[0].port, ['http', 'tls'], [A]),
+      route('gR', 80, 443, ['http', 'redirect'], [R]),
+      route('gT', 8443, t[0].port, ['tls'], [T]),
+    ];
+    plane = await startPlane(dir, table, {
+      acmeChallenge: (host, token) => (token === 'tok' ? `${token}.key-of-${host}` : undefined),
+      onIdle: (id) => idle.push(id),
+      onNoBackend: async (g) => {
+        woken.push(g);
+        if (!wakeT || g !== 'gT') return false;
+        await table.set('gT', t); // what a scale-to-zero wake does before resolving true
+        return true;
+      },
+    });
+    await apply();
+  });
+  after(async () => {
+    await plane.close();
+    for (const x of [...a, ...t]) await x.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('balances HTTP requests per request and sets X-Forwarded-*, replacing the client’s', async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const seen: string[] = [];
+    for (let i = 0; i < 4; i++) seen.push(JSON.parse((await request(plane.boundPort(80)!, A, '/', { agent })).body).b);
+    agent.destroy();
+    assert.deepEqual(seen.sort(), ['Aa', 'Aa', 'Ab', 'Ab']);
+    const j = JSON.parse(
+      (await request(plane.boundPort(80)!, A, '/p?q=1', { headers: { 'x-forwarded-for': '6.6.6.6' } })).body,
+    );
+    assert.equal(j.url, '/p?q=1');
+    assert.equal(j.headers['x-forwarded-for'], '127.0.0.1');
+    assert.equal(j.headers['x-forwarded-proto'], 'http');
+    assert.equal(j.headers['x-forwarded-host'], A);
+  });
+
+  test('unknown names get the activator’s 404 text; oversized heads get 431', async () => {
+    const r = await request(plane.boundPort(80)!, 'nobody-zzzz.unihost.test', '/x');
+    assert.equal(r.status, 404);
+    assert.match(r.body, /no service is published at nobody-zzzz\.unihost\.test on port 80/);
+    const big = await request(plane.boundPort(80)!, A, '/', { headers: { 'x-big': 'y'.repeat(20_000) } });
+    assert.equal(big.status, 431);
+  });
+
+  test('redirect answers 301 (308 for POST); ACME HTTP-01 is answered before it', async () => {
+    const port = plane.boundPort(80)!;
+    const g = await request(port, R, '/a?b=1');
+    assert.equal(g.status, 301);
+    assert.equal(g.headers.location, `https://${R}/a?b=1`);
+    assert.equal((await request(port, R, '/', { method: 'POST', body: 'x' })).status, 308);
+    const acme = await request(port, R, '/.well-known/acme-challenge/tok');
+    assert.equal(acme.status, 200);
+    assert.equal(acme.body, `tok.key-of-${R}\n`);
+    assert.equal((await request(port, R, '/.well-known/acme-challenge/other')).status, 301);
+  });
+
+  test('TLS: routes by SNI with the wildcard certificate, HTTP/2 by ALPN, Host must agree (421)', async () => {
+    const port = plane.boundPort(443)!;
+    const r = await request(port, A, '/s', { tls: true });
+    assert.equal(r.status, 200);
+    assert.equal(JSON.parse(r.body).headers['x-forwarded-proto'], 'https');
+    const mis = await request(port, A, '/', { tls: true, headers: { host: `other.${METRO}` } });
+    assert.equal(mis.status, 421);
+    const ca = (await testCa()).caCert;
+    const s = http2.connect(`https://${A}:${port}`, { ca, host: '127.0.0.1', servername: A } as never);
+    const status = await new Promise<number>((resolve, reject) => {
+      const q = s.request({ ':path': '/h2' });
+      q.on('response', (h) => resolve(Number(h[':status'])));
+      q.on('error', reject);
+      q.resume();
+    });
+    s.close();
+    assert.equal(status, 200);
+    await assert.rejects(tlsConnect(port, `nobody.${METRO}`), /unrecognized name/);
+  });
+
+  test('TCP with TLS: one connection is piped to one instance', async () => {
+    const s = await tlsConnect(plane.boundPort(8443)!, T);
+    const text = await readUntil(s, (x) => x.includes('hello from'));
+    assert.match(text, /hello from T[ab]/);
+    s.destroy();
+  });
+
+  test('TCP group without an instance: the activator holds the connection, asks onNoBackend, then closes or pipes', async () => {
+    await table.set('gT', []);
+    await apply();
+    const s1 = await tlsConnect(plane.boundPort(8443)!, T);
+    assert.equal(await readUntil(s1, () => false), '', 'closed without data');
+    assert.ok(woken.includes('gT'));
+    wakeT = true;
+    const s2 = await tlsConnect(plane.boundPort(8443)!, T);
+    assert.match(await readUntil(s2, (x) => x.includes('hello from')), /hello from T[ab]/);
+    s2.destroy();
+    wakeT = false;
+    await apply();
+  });
+
+  test('instances come and go through the Runtime API without a reload; none running: activator 503', async () => {
+    const port = plane.boundPort(80)!;
+    const before = await plane.workerPid();
+    await table.set('gA', [a[1]]);
+    await apply();
+    for (let i = 0; i < 3; i++) assert.equal(JSON.parse((await request(port, A)).body).b, 'Ab');
+    await table.set('gA', []);
+    await apply();
+    const r = await request(port, A);
+    assert.equal(r.status, 503);
+    assert.match(r.body, /no instance of it is running/);
+    assert.ok(woken.includes('gA'), 'onNoBackend was asked');
+    await table.set('gA', a);
+    await apply();
+    assert.equal((await request(port, A)).status, 200);
+    assert.equal(await plane.workerPid(), before, 'no reload happened');
+  });
+
+  test('drain: no new requests go to a draining server; it ends once HAProxy counts no session', async () => {
+    const port = plane.boundPort(80)!;
+    // a request held open on Aa
+    let held: http.ClientRequest | undefined;
+    for (let i = 0; i < 4 && !held; i++) {
+      const req = http.get({ host: '127.0.0.1', port, path: '/hold', headers: { host: A } });
+      const first = await new Promise<string>((resolve) =>
+        req.on('response', (res) => res.once('data', (d) => resolve(String(d)))),
+      );
+      if (first.startsWith('Aa')) held = req;
+      else {
+        a[1].release();
+        req.destroy();
+      }
+    }
+    assert.ok(held, 'a request is held on Aa');
+    await plane.refresh();
+    assert.equal(plane.connections('Aa'), 1);
+    const drained = plane.drain('Aa', 10_000);
+    await table.setState('Aa', 'draining');
+    for (let i = 0; i < 3; i++) assert.equal(JSON.parse((await request(port, A)).body).b, 'Ab');
+    a[0].release();
+    assert.equal(await drained, 'idle');
+    await table.setState('Aa', 'running');
+    await apply();
+    held!.destroy();
+  });
+
+  test('an idle instance set draining by the route sync reports onIdle, and counts as busy until a fresh poll', async () => {
+    idle.length = 0;
+    await table.setState('Ab', 'draining');
+    await apply();
+    assert.equal(plane.connections('Ab'), 1, 'busy until a poll after the drain began');
+    await until(() => idle.includes('Ab'), 'onIdle(Ab)');
+    assert.equal(plane.connections('Ab'), 0);
+    for (let i = 0; i < 3; i++) assert.equal(JSON.parse((await request(plane.boundPort(80)!, A)).body).b, 'Aa');
+    await table.setState('Ab', 'running');
+    await apply();
+  });
+
+  test('a refused runtime command (HAProxy changed behind our back) ends in a full re-sync with a reload', async () => {
+    const admin = new RuntimeApi(path.join(dir, 'haproxy', 'admin.sock'));
+    for (const c of ['set server g80_gA/Ab state maint', 'del server g80_gA/Ab']) await admin.send(c);
+    const pid = await plane.workerPid();
+    await table.setState('Ab', 'draining'); // `set server g80_gA/Ab state drain` is refused: no such server
+    await apply();
+    assert.notEqual(await plane.workerPid(), pid, 'reloaded');
+    await table.setState('Ab', 'running');
+    await apply();
+    const seen = new Set<string>();
+    for (let i = 0; i < 4; i++) seen.add(JSON.parse((await request(plane.boundPort(80)!, A)).body).b);
+    assert.deepEqual([...seen].sort(), ['Aa', 'Ab'], 'both servers back');
+  });
+
+  test('counters per group and instance come from HAProxy’s stats', async () => {
+    const c0 = plane.counters();
+    await request(plane.boundPort(80)!, A);
+    await request(plane.boundPort(80)!, A);
+    await until(() => (plane.counters().groups.gA?.requests ?? 0) >= (c0.groups.gA?.requests ?? 0) + 2, 'counters');
+    const c = plane.counters();
+    assert.ok(c.groups.gA!.bytesIn > 0 && c.groups.gA!.bytesOut > 0);
+    assert.ok(c.groups.gA!.lastActivity > 0);
+    assert.equal(c.instances.Aa!.groupId, 'gA');
+    assert.ok(c.instances.Aa!.requests + c.instances.Ab!.requests >= 2);
+  });
+
+  test('a killed HAProxy is restarted and re-synced', async () => {
+    const pid = plane.pid();
+    process.kill(pid, 'SIGKILL');
+    await until(() => plane.pid() !== pid, 'a new master', 10_000);
+    let ok = false;
+    for (let i = 0; i < 200 && !ok; i++) {
+      ok = await request(plane.boundPort(80)!, A).then(
+        (r) => r.status === 200,
+        () => false,
+      );
+      if (!ok) await new Promise((r) => setTimeout(r, 25));
+    }
+    assert.ok(ok, 'serving again');
+  });
+});
+
+describe('gateway on HAProxy: daemon restart', () => {
+  test('a new data plane adopts the running HAProxy instead of starting another', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-adopt-'));
+    const a = await backendPair('http', 'D');
+    const table = new BackendTable();
+    await table.set('gD', a);
+    const routes = [route('gD', 80, a[0].port, ['http'], [A])];
+    const fixed = () => first.boundPort(80) ?? 0;
+    const first = await startPlane(dir, table);
+    let second: HaproxyDataPlane | undefined;
+    try {
+      await first.setRoutes(routes);
+      const port = fixed();
+      const pid = first.pid();
+      await first.close({ keep: true });
+      second = await startPlane(dir, table, { portMap: () => port });
+      await second.setRoutes(routes);
+      assert.equal(second.pid(), pid, 'same master');
+      assert.equal((await request(port, A)).status, 200);
+    } finally {
+      await (second ?? first).close();
+      for (const x of a) await x.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,395 @@
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import {
+  DEFAULT_LIMITS,
+  type Counters,
+  type GatewayOptions,
+  type KeyPair,
+  type ListenResult,
+  type Route,
+} from '../types.js';
+import { Activator } from './activator.js';
+import { AcmeTlsServer } from './acme-tls.js';
+import { PlaneCerts } from './certs.js';
+import {
+  backendName,
+  mapEntries,
+  planeFiles,
+  renderConfig,
+  renderMap,
+  routesByPort,
+  type PlaneFiles,
+} from './config.js';
+import { StatCounters, statNames } from './counters.js';
+import { TcpWake } from './tcp-wake.js';
+import { freePort, HaproxyProcess } from './process.js';
+import { applyServers, cmd, RejectedCommand, shutdownInstance, wantedServers, type ServerTable } from './servers.js';
+
+export interface HaproxyPlaneOptions extends GatewayOptions {
+  /** the daemon's data dir: HAProxy's files go to <dataDir>/haproxy/ */
+  dataDir: string;
+  /** how often `show stat` is read (counters, drains, supervision) */
+  statsIntervalMs?: number;
+  /** HAProxy worker threads (`nbthread`); default: HAProxy's, one per CPU */
+  threads?: number;
+}
+
+/**
+ * The data plane on HAProxy (docs/gateway.md), with the public surface of
+ * the Node `Gateway`. The route table's shape (ports, groups, modes) is
+ * rendered into haproxy.cfg and loaded with a master reload, which keeps
+ * established connections on the old worker; instances coming and going,
+ * drains and names are applied through the Runtime API without a reload.
+ * Everything is re-rendered from the wanted state after HAProxy restarts or
+ * refuses a command, so HAProxy can always be brought back in step.
+ */
+export class HaproxyDataPlane {
+  private readonly f: PlaneFiles;
+  private readonly proc: HaproxyProcess;
+  private readonly activator: Activator;
+  private readonly wake: TcpWake;
+  private readonly stats: StatCounters;
+  private readonly limits;
+  private queue: Promise<unknown> = Promise.resolve();
+  private closed = false;
+  private started = false;
+  private routes: Route[] = [];
+  private bound = new Map<number, number>();
+  private byPortHost = new Map<number, Map<string, Route>>();
+  /** what HAProxy has loaded: the configuration without servers, maps, servers */
+  private loadedShape = '';
+  private readonly acmeTls = new AcmeTlsServer();
+  /** names with a TLS-ALPN-01 challenge, as rendered into the configuration */
+  private acmeNames: string[] = [];
+  private maps = new Map<number, Map<string, string>>();
+  private servers: ServerTable = new Map();
+  private readonly certs: PlaneCerts;
+  private poll: NodeJS.Timeout | null = null;
+  private polling = false;
+  private readonly drainPending = new Set<string>();
+
+  constructor(private readonly o: HaproxyPlaneOptions) {
+    this.f = planeFiles(path.join(o.dataDir, 'haproxy'));
+    this.limits = { ...DEFAULT_LIMITS, ...o.limits };
+    this.certs = new PlaneCerts(o.tls);
+    this.proc = new HaproxyProcess(this.f, o.log);
+    // a short pause so that a HAProxy that cannot start does not spin
+    this.proc.onExit = () => setTimeout(() => this.resync('haproxy exited'), 500).unref();
+    this.stats = new StatCounters({ onActivity: o.onActivity, onIdle: o.onIdle });
+    this.wake = new TcpWake({ backends: o.backends, onNoBackend: o.onNoBackend, log: o.log });
+    this.activator = new Activator({
+      routes: () => this.byPortHost,
+      backends: o.backends,
+      onNoBackend: o.onNoBackend,
+      acmeChallenge: o.acmeChallenge,
+      onAnswered: (g, i, out) => this.stats.addGroupBytes(g, i, out),
+      log: o.log,
+    });
+  }
+
+  /** Serialized like the Node gateway's: replaces the route table and syncs the servers from backends(). */
+  setRoutes(routes: Route[]): Promise<ListenResult[]> {
+    return this.serial(() => this.applyRoutes(routes));
+  }
+
+  private serial<T>(f: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(f);
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  private async applyRoutes(routes: Route[]): Promise<ListenResult[]> {
+    if (this.closed) throw new Error('gateway is closed');
+    this.routes = routes.map((r) => ({ ...r, fqdns: r.fqdns.map((x) => x.toLowerCase().replace(/\.$/, '')) }));
+    const results: ListenResult[] = [];
+    const ports = new Set(this.routes.map((r) => r.port));
+    for (const p of this.bound.keys()) if (!ports.has(p)) this.bound.delete(p);
+    for (const p of ports) {
+      if (this.bound.has(p)) continue;
+      const want = this.o.portMap ? this.o.portMap(p) : p;
+      this.bound.set(p, want === 0 ? await freePort(this.o.listenHost) : want);
+    }
+    try {
+      await this.apply();
+      for (const p of ports) results.push({ port: p, boundPort: this.bound.get(p) });
+    } catch (e) {
+      const error = (e as Error).message;
+      this.o.log.error({ err: error }, 'gateway: haproxy could not apply the route table');
+      for (const p of ports) results.push({ port: p, error });
+    }
+    this.stats.keepGroups(new Set(this.routes.map((r) => r.groupId)));
+    return results;
+  }
+
+  /** Brings HAProxy to the wanted state: a reload when the shape changed, runtime commands otherwise. */
+  private async apply(forceReload = false): Promise<void> {
+    const byPort = routesByPort(this.routes);
+    this.byPortHost = new Map(
+      [...byPort].map(([p, rs]) => [p, new Map(rs.flatMap((r) => r.fqdns.map((n) => [n, r])))]),
+    );
+    const wakePorts = await this.wakePorts(byPort);
+    const state = (withServers: boolean) => ({
+      wakePorts,
+      listenHost: this.o.listenHost,
+      threads: this.o.threads,
+      limits: this.limits,
+      activatorPort: this.activator.port,
+      acme: { port: this.acmeTls.port, names: this.acmeNames },
+      ports: new Map([...byPort].map(([p, rs]) => [p, { bound: this.bound.get(p)!, routes: rs }])),
+      backends: withServers ? this.o.backends : () => [],
+    });
+    const wantMaps = new Map([...byPort].map(([p, rs]) => [p, mapEntries(p, rs)]));
+    const wantServers = wantedServers(byPort, this.o.backends);
+    const shape = renderConfig(state(false), this.f);
+    const wantCerts = this.certs.want(this.routes, this.o.metroDomain);
+    if (forceReload || !this.started || shape !== this.loadedShape) {
+      await this.certs.write(this.f, wantCerts);
+      await this.load(renderConfig(state(true), this.f), wantMaps);
+      this.loadedShape = shape;
+      // the configuration has every server as ready; drains are runtime state
+      this.servers = wantedServers(byPort, (g) =>
+        this.o.backends(g).map((b) => ({ ...b, state: b.state === 'other' ? b.state : 'running' })),
+      );
+    }
+    const draining = new Set<string>();
+    for (const [be, servers] of wantServers)
+      for (const [name, w] of servers)
+        if (w.state === 'draining' && this.servers.get(be)?.get(name)?.state !== 'draining') draining.add(w.instanceId);
+    try {
+      await this.certs.apply(this.proc.admin, this.f, wantCerts);
+      await this.applyMaps(wantMaps);
+      await applyServers(this.proc.admin, this.servers, wantServers);
+    } catch (e) {
+      // HAProxy and our picture of it disagree: render everything again and reload, once
+      if (!(e instanceof RejectedCommand) || forceReload) throw e;
+      this.o.log.error({ err: e.message }, 'gateway: haproxy refused a runtime command; re-syncing with a reload');
+      return this.apply(true);
+    }
+    if (draining.size > 0) this.settleDrains(draining);
+  }
+
+  /**
+   * Until a stats poll that began after `state drain` has been read, an
+   * instance entering its drain counts as busy (the last poll may predate a
+   * request that just started); after it, an instance found idle is
+   * reported with onIdle, so the owner does not wait for a drop that
+   * already happened.
+   */
+  private settleDrains(ids: Set<string>): void {
+    for (const id of ids) this.drainPending.add(id);
+    void (async () => {
+      while (this.polling) await new Promise((r) => setTimeout(r, 5));
+      await this.readStats();
+      for (const id of ids) {
+        this.drainPending.delete(id);
+        if (this.stats.connections(id) === 0) this.o.onIdle?.(id);
+      }
+    })();
+  }
+
+  /** The activator's TCP listener of every TCP group backend (see tcp-wake.ts). */
+  private async wakePorts(byPort: Map<number, Route[]>): Promise<Map<string, number>> {
+    const m = new Map<string, number>();
+    for (const [port, routes] of byPort)
+      for (const r of routes) {
+        if (r.handlers.includes('http')) continue;
+        const be = backendName(port, r.groupId);
+        m.set(be, await this.wake.port(be, { groupId: r.groupId, destinationPort: r.destinationPort }));
+      }
+    this.wake.keep(new Set(m.keys()));
+    return m;
+  }
+
+  /** Writes the configuration and maps, checks them, and starts or reloads HAProxy. */
+  private async load(config: string, maps: Map<number, Map<string, string>>): Promise<void> {
+    await mkdir(this.f.dir, { recursive: true, mode: 0o700 });
+    if (this.activator.port === 0) throw new Error('activator not listening');
+    for (const [p, m] of maps) await writeFile(this.f.map(p), renderMap(m));
+    await writeFile(this.f.config, config);
+    await this.proc.check();
+    if (!this.started || !this.proc.running()) {
+      const how = await this.proc.start();
+      this.o.log.info({ pid: this.proc.pid, how }, 'gateway: haproxy running');
+      this.started = true;
+    } else await this.proc.reload();
+    this.maps = maps;
+  }
+
+  /** Names added to or removed from a port: `add map` / `set map` / `del map`, and the file for the next start. */
+  private async applyMaps(want: Map<number, Map<string, string>>): Promise<void> {
+    for (const [p, m] of want) {
+      const have = this.maps.get(p) ?? new Map<string, string>();
+      const file = this.f.map(p);
+      for (const k of have.keys()) if (!m.has(k)) await cmd(this.proc.admin, `del map ${file} ${k}`);
+      for (const [k, v] of m) {
+        if (have.get(k) === v) continue;
+        await cmd(this.proc.admin, `${have.has(k) ? 'set' : 'add'} map ${file} ${k} ${v}`);
+      }
+      await writeFile(file, renderMap(m));
+    }
+    this.maps = want;
+  }
+
+  /** Re-renders and reloads (or restarts) HAProxy from the wanted state, after a failure. */
+  private resync(why: string): void {
+    if (this.closed) return;
+    this.o.log.warn({ why }, 'gateway: re-syncing haproxy from the wanted state');
+    void this.serial(async () => {
+      if (this.closed) return;
+      if (!this.proc.running()) this.started = false;
+      await this.apply(true);
+    }).catch((e: Error) => this.o.log.error({ err: e.message }, 'gateway: haproxy re-sync failed'));
+  }
+
+  /** Starts the activator and the stats poll; HAProxy itself starts with the first route table. */
+  async start(): Promise<void> {
+    await this.activator.listen();
+    await this.acmeTls.listen();
+    this.poll = setInterval(() => void this.readStats(), this.o.statsIntervalMs ?? 250);
+    this.poll.unref();
+  }
+
+  private async readStats(): Promise<void> {
+    if (this.polling || !this.started || this.closed) return;
+    this.polling = true;
+    try {
+      const csv = await this.proc.admin.send('show stat').catch(() => undefined);
+      if (csv === undefined) {
+        if (!this.proc.running()) this.resync('haproxy is not running');
+        return;
+      }
+      this.stats.update(csv, statNames(this.routes, this.servers));
+    } finally {
+      this.polling = false;
+    }
+  }
+
+  boundPort(publicPort: number): number | undefined {
+    return this.started ? this.bound.get(publicPort) : undefined;
+  }
+
+  clientConnections(publicPort: number): number {
+    return this.stats.clientConnections(publicPort);
+  }
+
+  connections(instanceId: string): number {
+    const n = this.stats.connections(instanceId);
+    return this.drainPending.has(instanceId) ? Math.max(1, n) : n;
+  }
+
+  counters(): Counters {
+    return this.stats.snapshot();
+  }
+
+  /** Reads the stats now (tests, and before deciding on a drain). */
+  refresh(): Promise<void> {
+    return this.readStats();
+  }
+
+  /**
+   * Stops new work to an instance (`state drain`) and resolves 'idle' once
+   * HAProxy counts no session on it, or 'timeout' (sessions then cut).
+   */
+  async drain(instanceId: string, timeoutMs: number): Promise<'idle' | 'timeout'> {
+    await this.serial(async () => {
+      for (const [be, servers] of this.servers)
+        for (const [name, s] of servers)
+          if (s.instanceId === instanceId) {
+            await this.proc.admin.send(`set server ${be}/${name} state drain`);
+            servers.set(name, { ...s, state: 'draining' });
+          }
+    });
+    try {
+      return await this.waitIdle(instanceId, timeoutMs);
+    } finally {
+      // the mark ends here: servers follow backends() again
+      if (!this.closed) await this.serial(() => this.apply()).catch(() => {});
+    }
+  }
+
+  private async waitIdle(instanceId: string, timeoutMs: number): Promise<'idle' | 'timeout'> {
+    const end = timeoutMs >= 0 ? Date.now() + timeoutMs : Infinity;
+    for (;;) {
+      await this.readStats();
+      if (this.stats.connections(instanceId) === 0) return 'idle';
+      if (Date.now() >= end) break;
+      await new Promise((r) => setTimeout(r, Math.min(50, Math.max(1, end - Date.now()))));
+    }
+    // cut what is left, and return once HAProxy's stats say so (at most a second later)
+    await this.serial(() => shutdownInstance(this.proc.admin, this.servers, instanceId)).catch(() => {});
+    for (let i = 0; i < 20 && this.stats.connections(instanceId) > 0; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      await this.readStats();
+    }
+    return 'timeout';
+  }
+
+  /** Cuts every session of an instance; returns how many HAProxy counted at the last poll. */
+  disconnect(instanceId: string): number {
+    const n = this.connections(instanceId);
+    void this.serial(() => shutdownInstance(this.proc.admin, this.servers, instanceId)).catch(() => {});
+    return n;
+  }
+
+  forgetInstance(instanceId: string): void {
+    this.stats.forgetInstance(instanceId);
+  }
+
+  /** Custom certificates (src/certs/dataplane.ts): applied at once through the Runtime API. Returns names that failed. */
+  setCertificates(certs: { names: string[]; pair: KeyPair }[]): string[] {
+    const { failed, changed } = this.certs.setCustom(certs);
+    // the controller passes the whole set on every sync: HAProxy hears only of changes
+    if (changed) void this.applySoon('certificates');
+    return failed;
+  }
+
+  /**
+   * TLS-ALPN-01 challenge certificates (the whole set): served by the
+   * activator's TLS listener, to which the TLS ports hand `acme-tls/1`
+   * clients of these names (a reload when the set of names changes).
+   */
+  setAlpnChallenges(certs: { name: string; pair: KeyPair }[]): Promise<void> {
+    const names = this.acmeTls.set(certs);
+    if (names.join(' ') === this.acmeNames.join(' ')) return Promise.resolve();
+    this.acmeNames = names;
+    return this.applySoon('TLS-ALPN-01 challenges');
+  }
+
+  /** The metro wildcard (renewal): applied at once. */
+  setCertificate(pair: KeyPair): void {
+    this.certs.set.wildcard = pair;
+    void this.applySoon('wildcard certificate');
+  }
+
+  /** Applies a change of certificates or challenges now (once HAProxy runs: the first route table loads them). */
+  private async applySoon(what: string): Promise<void> {
+    if (!this.started || this.closed) return;
+    await this.serial(() => this.apply()).catch((e: Error) =>
+      this.o.log.error({ err: e.message, what }, 'gateway: haproxy could not apply a change'),
+    );
+  }
+
+  /** The HAProxy master's pid (tests, logs). */
+  pid(): number {
+    return this.proc.pid;
+  }
+
+  /** The current worker's pid: it changes on every reload (tests). */
+  workerPid(): Promise<number> {
+    return this.proc.workerPid();
+  }
+
+  /**
+   * Stops the activator and the poll; HAProxy is stopped too unless `keep`
+   * (a daemon restart: the next one adopts it and its connections stay up).
+   */
+  async close(o: { keep?: boolean } = {}): Promise<void> {
+    this.closed = true;
+    if (this.poll) clearInterval(this.poll);
+    await this.queue;
+    if (!o.keep) await this.proc.stop();
+    await this.activator.close();
+    await this.acmeTls.close();
+    this.wake.close();
+  }
+}

@@ -1,0 +1,174 @@
+import net from 'node:net';
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { readFile, rm } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import type { Logger } from 'pino';
+import type { PlaneFiles } from './config.js';
+import { RuntimeApi } from './runtime.js';
+
+const run = promisify(execFile);
+export const HAPROXY_BIN = process.env.UNIHOST_HAPROXY ?? '/usr/sbin/haproxy';
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * One HAProxy in master-worker mode (`-W -S <master socket>`), started
+ * detached so that it outlives a daemon crash: the next daemon adopts it
+ * through its pid file and master socket instead of starting another.
+ * Configuration changes go through the master's `reload` (the old worker
+ * finishes its connections, the new one takes the listeners over the admin
+ * socket's `expose-fd listeners`).
+ */
+export class HaproxyProcess {
+  readonly admin: RuntimeApi;
+  readonly master: RuntimeApi;
+  private child: ChildProcess | null = null;
+  private masterPid = 0;
+  /** set by stop(): an exit is then expected */
+  private stopping = false;
+  onExit: (() => void) | null = null;
+
+  constructor(
+    private readonly f: PlaneFiles,
+    private readonly log: Logger,
+  ) {
+    this.admin = new RuntimeApi(f.admin);
+    this.master = new RuntimeApi(f.master);
+  }
+
+  get pid(): number {
+    return this.masterPid;
+  }
+
+  /** Checks the configuration file without touching the running process. */
+  async check(): Promise<void> {
+    try {
+      await run(HAPROXY_BIN, ['-c', '-f', this.f.config]);
+    } catch (e) {
+      const err = e as { stderr?: string; message: string };
+      const alerts = (err.stderr ?? '').split('\n').filter((l) => l.includes('ALERT'));
+      throw new Error(`haproxy rejected its configuration: ${(alerts.join('; ') || err.message).trim()}`);
+    }
+  }
+
+  /** Adopts a running HAProxy of this data dir, or starts one. Resolves once its worker answers. */
+  async start(): Promise<'adopted' | 'started'> {
+    this.stopping = false;
+    const pid = Number((await readFile(this.f.pid, 'utf8').catch(() => '')).trim().split('\n')[0]);
+    if (pid > 0 && alive(pid) && (await this.master.send('show proc').catch(() => '')).includes('master')) {
+      this.masterPid = pid;
+      this.log.info({ pid }, 'gateway: adopted the running haproxy');
+      await this.reload();
+      return 'adopted';
+    }
+    if (pid > 0 && alive(pid)) process.kill(pid, 'SIGKILL'); // a pid file with no master socket: a stuck leftover
+    // one we started earlier that never answered (its pid file may not exist yet): never leave two
+    if (this.masterPid > 0 && alive(this.masterPid)) killGroup(this.masterPid);
+    await rm(this.f.master, { force: true });
+    await rm(this.f.admin, { force: true });
+    const child = spawn(HAPROXY_BIN, ['-W', '-S', `${this.f.master},mode,600`, '-f', this.f.config, '-p', this.f.pid], {
+      detached: true,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    this.child = child;
+    this.masterPid = child.pid ?? 0;
+    let stderr = '';
+    child.stderr?.on('data', (d: Buffer) => {
+      stderr = (stderr + d.toString()).slice(-4000);
+      const text = d.toString().trim().slice(0, 2000);
+      // startup notices and server state changes are routine; alerts are not
+      if (text.includes('[ALERT]') && !/no server available|exited with code/.test(text))
+        this.log.warn({ haproxy: text }, 'gateway: haproxy says');
+      else this.log.debug({ haproxy: text }, 'gateway: haproxy says');
+    });
+    child.once('exit', (code, signal) => {
+      if (this.child === child) this.child = null;
+      if (this.stopping) return;
+      this.log.error({ code, signal }, 'gateway: haproxy exited');
+      this.onExit?.();
+    });
+    child.unref();
+    (child.stderr as { unref?: () => void } | null)?.unref?.();
+    try {
+      await this.waitWorker(0, () => stderr);
+    } catch (e) {
+      this.stopping = true; // its exit is ours, not a crash to supervise
+      killGroup(this.masterPid);
+      throw e;
+    }
+    return 'started';
+  }
+
+  /** The current worker's pid (from the admin socket), or 0 when it does not answer. */
+  async workerPid(): Promise<number> {
+    const info = await this.admin.send('show info').catch(() => '');
+    return Number(/^Pid: (\d+)/m.exec(info)?.[1] ?? 0);
+  }
+
+  private async waitWorker(oldPid: number, why: () => string = () => ''): Promise<void> {
+    const end = Date.now() + 10_000;
+    for (;;) {
+      const pid = await this.workerPid();
+      if (pid > 0 && pid !== oldPid) return;
+      if (Date.now() > end || !alive(this.masterPid))
+        throw new Error(`haproxy did not come up: ${why().trim() || 'no answer on its admin socket'}`);
+      await sleep(20);
+    }
+  }
+
+  /** Makes the master load the configuration file again; resolves once the new worker answers. */
+  async reload(): Promise<void> {
+    const old = await this.workerPid();
+    await this.master.send('reload');
+    await this.waitWorker(old);
+  }
+
+  /** True when the master process still runs (supervision). */
+  running(): boolean {
+    return this.masterPid > 0 && alive(this.masterPid);
+  }
+
+  /** Stops HAProxy (master and workers) and waits for it to go. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    const pid = this.masterPid;
+    if (pid <= 0 || !alive(pid)) return;
+    process.kill(pid, 'SIGTERM');
+    const end = Date.now() + 5000;
+    while (alive(pid) && Date.now() < end) await sleep(20);
+    if (alive(pid)) process.kill(pid, 'SIGKILL');
+    // workers follow the master; wait for the ones sharing its process group too
+    killGroup(pid);
+    await rm(this.f.pid, { force: true });
+  }
+}
+
+/** SIGKILL to a detached HAProxy's process group (master and workers). */
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // group already gone
+  }
+}
+
+/** A free port on the listen address, for public ports mapped to 0 (tests): HAProxy cannot report one it chose. */
+export function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen({ host, port: 0 }, () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+}

@@ -1,0 +1,68 @@
+import net from 'node:net';
+
+/**
+ * HAProxy's Runtime API (management guide, "Unix socket commands"): one
+ * command per connection over a unix socket, the answer is everything read
+ * until HAProxy closes it. Commands are sent one at a time so that a burst
+ * of changes cannot exhaust the socket's accept queue.
+ */
+export class RuntimeApi {
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    readonly socketPath: string,
+    private readonly timeoutMs = 5000,
+  ) {}
+
+  /** Sends one command; resolves with HAProxy's answer (trimmed). Rejects when the socket cannot be reached. */
+  send(command: string, payload?: string): Promise<string> {
+    const run = this.queue.then(() => exchange(this.socketPath, command, payload, this.timeoutMs));
+    this.queue = run.catch(() => {});
+    return run;
+  }
+}
+
+/** Answers that mean HAProxy refused a command (it answers those in plain text, not with a status). */
+const REFUSED = /^(unknown|no such|unable|invalid|error|require|missing|cannot|can't|not found|[a-z ]*failed)/im;
+
+/** True when a Runtime API answer reports a refusal rather than success. */
+export function refused(answer: string): boolean {
+  return REFUSED.test(answer) && !/^\s*$/.test(answer);
+}
+
+function exchange(path: string, command: string, payload: string | undefined, timeoutMs: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(path);
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => s.destroy(new Error(`runtime API: no answer to "${command}"`)), timeoutMs);
+    s.on('connect', () => {
+      // `<<` sends a multi-line payload (certificates), ended by an empty line.
+      s.end(payload === undefined ? `${command}\n` : `${command} <<\n${payload.replace(/\n+$/, '')}\n\n`);
+    });
+    s.on('data', (d: Buffer) => chunks.push(d));
+    s.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    s.on('close', () => {
+      clearTimeout(timer);
+      resolve(Buffer.concat(chunks).toString().trim());
+    });
+  });
+}
+
+/** Parses `show stat` CSV ("# pxname,svname,...") into rows keyed by column name. */
+export function parseStat(csv: string): Record<string, string>[] {
+  const lines = csv.split('\n').filter((l) => l.length > 0);
+  const head = lines.shift();
+  if (!head?.startsWith('# ')) return [];
+  const cols = head.slice(2).split(',');
+  return lines.map((l) => {
+    const v = l.split(',');
+    const row: Record<string, string> = {};
+    cols.forEach((c, i) => {
+      if (c) row[c] = v[i] ?? '';
+    });
+    return row;
+  });
+}

@@ -1,0 +1,86 @@
+import type { Backend, Route } from '../types.js';
+import { backendName, serverName } from './config.js';
+import { refused, type RuntimeApi } from './runtime.js';
+
+/** One server as HAProxy has it: address and admin state. */
+export interface ServerState {
+  instanceId: string;
+  groupId: string;
+  addr: string;
+  state: 'running' | 'draining';
+}
+/** backend -> server name -> state */
+export type ServerTable = Map<string, Map<string, ServerState>>;
+
+/** The servers every group backend should have now (redirect backends have none). */
+export function wantedServers(ports: Map<number, Route[]>, backends: (groupId: string) => Backend[]): ServerTable {
+  const t: ServerTable = new Map();
+  for (const [port, routes] of ports) {
+    for (const r of routes) {
+      const be = backendName(port, r.groupId);
+      if (t.has(be) || r.handlers.includes('redirect')) continue;
+      const m = new Map<string, ServerState>();
+      for (const b of backends(r.groupId)) {
+        if (b.state === 'other') continue;
+        m.set(serverName(b.instanceId), {
+          instanceId: b.instanceId,
+          groupId: r.groupId,
+          addr: `${b.host}:${r.destinationPort}`,
+          state: b.state,
+        });
+      }
+      t.set(be, m);
+    }
+  }
+  return t;
+}
+
+/** A Runtime API command HAProxy refused (the caller re-renders and reloads). */
+export class RejectedCommand extends Error {}
+
+/** Sends a command whose refusal must not pass unnoticed. */
+export async function cmd(api: RuntimeApi, c: string): Promise<void> {
+  const answer = await api.send(c);
+  if (refused(answer)) throw new RejectedCommand(`haproxy refused "${c}": ${answer}`);
+}
+
+/**
+ * Brings HAProxy's servers from `have` to `want` through the Runtime API:
+ * new instances are added and enabled, draining ones get `state drain` (no
+ * new connections or requests, open ones go on), gone ones are put in
+ * maintenance, their sessions cut and the server deleted. Mutates `have` as
+ * commands succeed so a failure leaves it true.
+ */
+export async function applyServers(api: RuntimeApi, have: ServerTable, want: ServerTable): Promise<void> {
+  for (const [be, servers] of want) {
+    const cur = have.get(be) ?? new Map<string, ServerState>();
+    have.set(be, cur);
+    for (const [name, s] of cur) {
+      const w = servers.get(name);
+      if (w && w.addr === s.addr) continue;
+      await cmd(api, `set server ${be}/${name} state maint`);
+      await api.send(`shutdown sessions server ${be}/${name}`);
+      await cmd(api, `del server ${be}/${name}`);
+      cur.delete(name);
+    }
+    for (const [name, w] of servers) {
+      const s = cur.get(name);
+      if (!s) {
+        await cmd(api, `add server ${be}/${name} ${w.addr}`);
+        cur.set(name, { ...w, state: 'draining' });
+        await cmd(api, `set server ${be}/${name} state ${w.state === 'running' ? 'ready' : 'drain'}`);
+        cur.set(name, w);
+      } else if (s.state !== w.state) {
+        await cmd(api, `set server ${be}/${name} state ${w.state === 'running' ? 'ready' : 'drain'}`);
+        cur.set(name, w);
+      }
+    }
+  }
+}
+
+/** Cuts every session of an instance's servers. */
+export async function shutdownInstance(api: RuntimeApi, have: ServerTable, instanceId: string): Promise<void> {
+  for (const [be, servers] of have)
+    for (const [name, s] of servers)
+      if (s.instanceId === instanceId) await api.send(`shutdown sessions server ${be}/${name}`);
+}

@@ -1,0 +1,83 @@
+import net from 'node:net';
+import type { Logger } from 'pino';
+import type { Backend } from '../types.js';
+
+interface Target {
+  groupId: string;
+  destinationPort: number;
+}
+
+/**
+ * The activator's TCP side: one listener on 127.0.0.1 per TCP group backend,
+ * rendered as that backend's `backup` server, so HAProxy sends a connection
+ * here only when the group has no usable instance. The connection is held
+ * while `onNoBackend(group)` runs (scale to zero wakes an instance there);
+ * when it says one runs, the connection is piped to it from here (later ones
+ * go through HAProxy, which gets the server at the next sync); otherwise it
+ * is closed.
+ */
+export class TcpWake {
+  private readonly listeners = new Map<string, { server: net.Server; port: number; target: Target }>();
+
+  constructor(
+    private readonly o: {
+      backends(groupId: string): Backend[];
+      onNoBackend?(groupId: string): Promise<boolean>;
+      log: Logger;
+    },
+  ) {}
+
+  /** The listener port for a backend, opened on first use; its target follows the latest route. */
+  async port(backend: string, target: Target): Promise<number> {
+    const have = this.listeners.get(backend);
+    if (have) {
+      have.target = target;
+      return have.port;
+    }
+    const entry = { server: net.createServer((c) => void this.hold(c, entry.target)), port: 0, target };
+    await new Promise<void>((resolve, reject) => {
+      entry.server.once('error', reject);
+      entry.server.listen({ host: '127.0.0.1', port: 0 }, () => resolve());
+    });
+    entry.port = (entry.server.address() as net.AddressInfo).port;
+    this.listeners.set(backend, entry);
+    return entry.port;
+  }
+
+  /** Closes the listeners of backends no longer rendered. */
+  keep(backends: Set<string>): void {
+    for (const [name, l] of this.listeners) {
+      if (backends.has(name)) continue;
+      l.server.close();
+      this.listeners.delete(name);
+    }
+  }
+
+  private async hold(client: net.Socket, t: Target): Promise<void> {
+    client.on('error', () => {});
+    client.pause();
+    const woke = this.o.onNoBackend ? await this.o.onNoBackend(t.groupId).catch(() => false) : false;
+    const b = woke ? this.o.backends(t.groupId).find((x) => x.state === 'running') : undefined;
+    if (!b || client.destroyed) {
+      client.destroy();
+      return;
+    }
+    const up = net.connect({ host: b.host, port: t.destinationPort });
+    up.on('error', (e) => {
+      this.o.log.warn({ instance: b.instanceId, err: e.message }, 'gateway: woken instance refused the connection');
+      client.destroy();
+    });
+    client.on('close', () => up.destroy());
+    up.on('close', () => client.destroy());
+    up.on('connect', () => {
+      client.pipe(up);
+      up.pipe(client);
+      client.resume();
+    });
+  }
+
+  close(): void {
+    for (const l of this.listeners.values()) l.server.close();
+    this.listeners.clear();
+  }
+}

@@ -1,0 +1,24 @@
+import { join } from 'node:path';
+
+/** Where the daemon keeps files in its data dir. */
+export interface Paths {
+  db: string;
+  images: string;
+  instance(id: string): string;
+  volume(id: string): string;
+  /** certificate chains and keys (src/certs/files.ts) */
+  certs: string;
+  /** ACME account key and state */
+  acme: string;
+}
+
+export function pathsFor(dataDir: string): Paths {
+  return {
+    db: join(dataDir, 'unihost.db'),
+    images: join(dataDir, 'images'),
+    instance: (id) => join(dataDir, 'instances', id),
+    volume: (id) => join(dataDir, 'volumes', `${id}.ext4`),
+    certs: join(dataDir, 'certs'),
+    acme: join(dataDir, 'acme'),
+  };
+}

@@ -1,0 +1,26 @@
+import type { Clock } from '../clock.js';
+import type { Config } from '../config.js';
+import type { Subnet } from '../network/address.js';
+import type { Paths } from '../paths.js';
+import type { InstanceRec, Store, Tx, UserRec } from '../store/types.js';
+
+/**
+ * What every service is built on. It names no service: each service module
+ * adds the peers it calls (e.g. `InstanceDeps` in instances-create.ts), so
+ * no service module imports the module that wires them all (index.ts).
+ */
+export interface ServiceBase {
+  config: Config;
+  store: Store;
+  clock: Clock;
+  paths: Paths;
+  subnet: Subnet;
+  /** background controllers, set by the daemon once started; services only read live figures from them */
+  controllers?: unknown[];
+}
+
+/** The instance rules other services apply inside their own transactions (autoscale clones, standby masters). */
+export interface InstanceLifecycle {
+  startInTx(tx: Tx, user: UserRec, inst: InstanceRec, manual: boolean): Promise<InstanceRec>;
+  deleteInTx(tx: Tx, user: UserRec, inst: InstanceRec): Promise<void>;
+}
