@@ -1,7 +1,8 @@
 /**
  * bench/gateway's HAProxy side: the data plane on HAProxy in its own child
- * process, and the route change latency of a data plane (an instance
- * becomes running → the first request that reaches it).
+ * process, and the route change latencies of a data plane (an instance
+ * becomes running → the first request that reaches it; a new group with a
+ * new name → its first request).
  */
 import http from 'node:http';
 import { mkdtemp } from 'node:fs/promises';
@@ -72,12 +73,44 @@ export async function routeChange(
   return { median: ms[Math.floor(ms.length / 2)]!, max: ms[ms.length - 1]! };
 }
 
+/**
+ * Group creation latency: at t0 a new group with a running instance and a
+ * name never routed before joins port 80 beside the others (what creating
+ * an instance with a service group does); t0 → its first 200. The group is
+ * removed again after each round. Median and worst of `rounds`.
+ */
+export async function groupCreate(
+  plane: DataPlane,
+  table: Map<string, Backend[]>,
+  routes: Route[],
+  backendHttp: number,
+  rounds = 10,
+): Promise<{ median: number; max: number }> {
+  const ms: number[] = [];
+  const port = plane.boundPort(80)!;
+  for (let i = 0; i < rounds; i++) {
+    const g = `new${i}`;
+    const name = `new${i}-abcd1234.bench.test`;
+    table.set(g, [{ instanceId: `new-${i}`, host: '127.0.0.1', state: 'running' }]);
+    const t0 = performance.now();
+    void plane.setRoutes([...routes, benchRoute(g, 80, backendHttp, ['http'], name)]);
+    while ((await status(port, name)) !== 200) {
+      if (performance.now() - t0 > 10_000) throw new Error('group creation took over 10 s');
+    }
+    ms.push(performance.now() - t0);
+    await plane.setRoutes(routes);
+    table.delete(g);
+  }
+  ms.sort((a, b) => a - b);
+  return { median: ms[Math.floor(ms.length / 2)]!, max: ms[ms.length - 1]! };
+}
+
 /** Child: the HAProxy data plane routing HOST (one thread, like nginx's one worker). */
 export async function haproxyChild(msg: {
   cert: string;
   key: string;
   backend: Ports;
-}): Promise<Ports & { routeMs: { median: number; max: number } }> {
+}): Promise<Ports & { routeMs: { median: number; max: number }; groupMs: { median: number; max: number } }> {
   const table = new Map<string, Backend[]>([
     ['g', [{ instanceId: 'i1', host: '127.0.0.1', state: 'running' }]],
     ['t', [{ instanceId: 'i2', host: '127.0.0.1', state: 'running' }]],
@@ -103,5 +136,6 @@ export async function haproxyChild(msg: {
   ];
   const routeMs = await routeChange(plane, table, routes, msg.backend.http);
   await plane.setRoutes(routes);
-  return { http: plane.boundPort(80)!, tls: plane.boundPort(443)!, tcp: plane.boundPort(8443)!, routeMs };
+  const groupMs = await groupCreate(plane, table, routes, msg.backend.http);
+  return { http: plane.boundPort(80)!, tls: plane.boundPort(443)!, tcp: plane.boundPort(8443)!, routeMs, groupMs };
 }

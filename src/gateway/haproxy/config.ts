@@ -1,6 +1,7 @@
 import path from 'node:path';
 import type { Backend, GatewayLimits, Route } from '../types.js';
 import { ACME_TLS_ALPN } from './acme-tls.js';
+import type { Slot } from './slots.js';
 
 /** The data plane's wanted state, from which the whole configuration is rendered. */
 export interface PlaneState {
@@ -12,9 +13,9 @@ export interface PlaneState {
   activatorPort: number;
   /** TLS-ALPN-01: the names with a challenge and the port of the listener that answers them (acme-tls.ts) */
   acme: { port: number; names: string[] };
-  /** public port -> bound port and its routes */
-  ports: Map<number, { bound: number; routes: Route[] }>;
-  /** TCP group backend -> the activator's TCP listener for it (its `backup` server) */
+  /** public port -> bound port, its routes and its backends (slots.ts) */
+  ports: Map<number, { bound: number; routes: Route[]; slots: Slot[] }>;
+  /** TCP backend (slot) -> the activator's TCP listener for it (its `backup` server) */
   wakePorts: Map<string, number>;
   /** group id -> its instances (only running and draining ones are rendered) */
   backends: (groupId: string) => Backend[];
@@ -39,7 +40,6 @@ export type PlaneFiles = ReturnType<typeof planeFiles>;
 
 /** HAProxy names allow [A-Za-z0-9_.:-]; ids are made of those, anything else is replaced. */
 const safe = (s: string): string => s.replace(/[^A-Za-z0-9_.:-]/g, '_');
-export const backendName = (port: number, groupId: string): string => `g${port}_${safe(groupId)}`;
 export const serverName = (instanceId: string): string => safe(instanceId);
 export const activatorName = (port: number): string => `uh_activator_${port}`;
 
@@ -56,13 +56,18 @@ export function routesByPort(routes: Route[]): Map<number, Route[]> {
 }
 
 /** Host (or SNI) -> backend lines of a port's map file; only HTTP routes on plain ports. */
-export function mapEntries(port: number, routes: Route[]): Map<string, string> {
+export function mapEntries(
+  port: number,
+  routes: Route[],
+  slotOf: (port: number, groupId: string) => string | undefined,
+): Map<string, string> {
   const m = new Map<string, string>();
   const tls = isTls(routes);
   for (const r of routes) {
     if (tls !== r.handlers.includes('tls')) continue; // disagreeing routes are unreachable
     if (!tls && !r.handlers.includes('http')) continue; // the activator explains these
-    for (const f of r.fqdns) m.set(f, backendName(port, r.groupId));
+    const be = slotOf(port, r.groupId);
+    if (be) for (const f of r.fqdns) m.set(f, be);
   }
   return m;
 }
@@ -104,7 +109,7 @@ function globalSection(s: PlaneState, f: PlaneFiles): string[] {
  */
 const handshakeTimeout = (l: GatewayLimits): string[] => [`  timeout client ${sec(l.handshakeTimeoutMs)}`];
 
-function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, routes: Route[]): string[] {
+function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, routes: Route[], slots: Slot[]): string[] {
   const l = s.limits;
   const mode = frontendMode(routes);
   const tls = isTls(routes);
@@ -129,8 +134,6 @@ function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, rou
         ...(tls ? handshakeTimeout(l) : []),
         ...clientLimits(l),
       ];
-  const groups = [...new Set(routes.map((r) => r.groupId))];
-  const httpGroups = routes.filter((r) => r.handlers.includes('http')).map((r) => r.groupId);
   if (mode === 'http') {
     out.push(
       // `req.hdrs` rebuilds the whole head, a fifth of the request rate: only for requests whose
@@ -159,11 +162,12 @@ function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, rou
       '  tcp-request content reject if !{ var(txn.be) -m found }',
     );
   }
-  // A group without a usable instance goes to the activator (HTTP: wake or 503; TCP: no server, closed).
-  for (const g of groups) {
-    if (!httpGroups.includes(g)) continue;
-    const b = backendName(port, g);
-    out.push(`  use_backend ${act} if { var(txn.be) -m str ${b} } { nbsrv(${b}) eq 0 }`);
+  // A group without a usable instance goes to the activator (HTTP: wake, redirect or 503; TCP: its
+  // backend's backup server, tcp-wake.ts). Rendered for every HTTP slot, spare ones too: the rules
+  // do not change when a slot is handed to another group.
+  for (const b of slots) {
+    if (b.flavor === 'tcp') continue;
+    out.push(`  use_backend ${act} if { var(txn.be) -m str ${b.name} } { nbsrv(${b.name}) eq 0 }`);
   }
   out.push('  use_backend %[var(txn.be)] if { var(txn.be) -m found }', `  default_backend ${act}`, '');
   return out;
@@ -206,10 +210,10 @@ function acmeInspection(s: PlaneState, f: PlaneFiles, port: number, bound: numbe
   ];
 }
 
-function backend(s: PlaneState, port: number, r: Route): string[] {
-  const http = r.handlers.includes('http');
-  const out = [`backend ${backendName(port, r.groupId)}`, `  mode ${http ? 'http' : 'tcp'}`, '  balance roundrobin'];
-  if (r.handlers.includes('redirect')) {
+function backend(s: PlaneState, slot: Slot): string[] {
+  const http = slot.flavor !== 'tcp';
+  const out = [`backend ${slot.name}`, `  mode ${http ? 'http' : 'tcp'}`, '  balance roundrobin'];
+  if (slot.flavor === 'redirect') {
     out.push(
       '  http-request redirect scheme https code 301 if METH_GET or METH_HEAD',
       '  http-request redirect scheme https code 308',
@@ -234,13 +238,14 @@ function backend(s: PlaneState, port: number, r: Route): string[] {
       '  http-request set-header x-forwarded-host %[req.hdr(host)] if { req.hdr(host) -m found }',
     );
   }
-  const wake = s.wakePorts.get(backendName(port, r.groupId));
+  const wake = s.wakePorts.get(slot.name);
   if (!http && wake) out.push(`  server uh_wake 127.0.0.1:${wake} backup`);
-  for (const b of s.backends(r.groupId)) {
+  const r = slot.route;
+  for (const b of r ? s.backends(r.groupId) : []) {
     if (b.state === 'other') continue;
     out.push(
       // drains are runtime state (`set server state drain`), set again after every load
-      `  server ${serverName(b.instanceId)} ${b.host}:${r.destinationPort}`,
+      `  server ${serverName(b.instanceId)} ${b.host}:${r!.destinationPort}`,
     );
   }
   out.push('');
@@ -264,15 +269,9 @@ export function renderConfig(s: PlaneState, f: PlaneFiles): string {
   const out = globalSection(s, f);
   if (s.acme.names.length > 0)
     out.push('backend uh_acme_tls', '  mode tcp', `  server acme 127.0.0.1:${s.acme.port}`, '');
-  for (const [port, { bound, routes }] of [...s.ports].sort((a, b) => a[0] - b[0])) {
-    out.push(...frontend(s, f, port, bound, routes), ...activator(s, port));
-    const seen = new Set<string>();
-    for (const r of routes) {
-      const name = backendName(port, r.groupId);
-      if (seen.has(name)) continue;
-      seen.add(name);
-      out.push(...backend(s, port, r));
-    }
+  for (const [port, { bound, routes, slots }] of [...s.ports].sort((a, b) => a[0] - b[0])) {
+    out.push(...frontend(s, f, port, bound, routes, slots), ...activator(s, port));
+    for (const slot of slots) out.push(...backend(s, slot));
   }
   return `${out.join('\n')}\n`;
 }

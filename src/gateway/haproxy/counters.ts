@@ -1,7 +1,7 @@
-import type { Counter, Counters, Route } from '../types.js';
-import { backendName } from './config.js';
+import type { Counter, Counters } from '../types.js';
 import { parseStat } from './runtime.js';
 import type { ServerTable } from './servers.js';
+import type { Slot } from './slots.js';
 
 const counter = (): Counter => ({ openConnections: 0, requests: 0, bytesIn: 0, bytesOut: 0, lastActivity: 0 });
 
@@ -159,13 +159,13 @@ export class StatCounters {
   }
 }
 
-/** What the stats' proxy and server names stand for, with this route table and these servers. */
-export function statNames(routes: Route[], servers: ServerTable): StatNames {
+/** What the stats' proxy and server names stand for, with these backends (slots) and servers. */
+export function statNames(slots: Map<number, Slot[]>, servers: ServerTable): StatNames {
   const groups = new Map<string, string>();
   const ports = new Map<string, number>();
-  for (const r of routes) {
-    groups.set(backendName(r.port, r.groupId), r.groupId);
-    ports.set(`p${r.port}`, r.port);
+  for (const [port, ss] of slots) {
+    ports.set(`p${port}`, port);
+    for (const s of ss) if (s.route) groups.set(s.name, s.route.groupId);
   }
   return {
     group: (px: string) => groups.get(px),

@@ -182,6 +182,46 @@ describe('gateway on HAProxy', () => {
     assert.equal(await plane.workerPid(), before, 'no reload happened');
   });
 
+  test('groups come and go on a port without a reload (spare backends); a freed backend is reused last; a full pool grows once', async () => {
+    const port = plane.boundPort(80)!;
+    const n = await backendPair('http', 'N');
+    const name = (i: number) => `new-${i}.${METRO}`;
+    const group = (i: number) => route(`gN${i}`, 80, n[0].port, ['http'], [name(i)]);
+    const base = routes;
+    try {
+      for (let i = 0; i < 12; i++) await table.set(`gN${i}`, n);
+      const pid = await plane.workerPid();
+      routes = [...base, group(0)];
+      await apply();
+      assert.match(JSON.parse((await request(port, name(0))).body).b, /^N[ab]$/, 'routed at once');
+      const first = plane.backendOf(80, 'gN0');
+      assert.notEqual(first, plane.backendOf(80, 'gA'));
+      routes = [...base];
+      await apply();
+      assert.equal((await request(port, name(0))).status, 404, 'its name is gone');
+      routes = [...base, group(1)];
+      await apply();
+      assert.notEqual(plane.backendOf(80, 'gN1'), first, 'a never-used spare before the freed one');
+      assert.match(JSON.parse((await request(port, name(1))).body).b, /^N[ab]$/);
+      assert.equal(await plane.workerPid(), pid, 'no reload happened');
+      // gA and 11 new groups: more than the 8 HTTP backends rendered for port 80
+      routes = [...base, ...Array.from({ length: 11 }, (_, i) => group(i + 1))];
+      await apply();
+      const grown = await plane.workerPid();
+      assert.notEqual(grown, pid, 'the pool grew with one reload');
+      for (let i = 1; i < 12; i++) assert.equal((await request(port, name(i))).status, 200, name(i));
+      assert.equal(new Set(routes.map((r) => plane.backendOf(r.port, r.groupId))).size, routes.length);
+      routes = [...base];
+      await apply();
+      assert.equal(await plane.workerPid(), grown, 'groups leaving cost no reload');
+      assert.equal(JSON.parse((await request(port, A)).body).b.startsWith('A'), true);
+    } finally {
+      routes = base;
+      await apply();
+      for (const x of n) await x.close();
+    }
+  });
+
   test('drain: no new requests go to a draining server; it ends once HAProxy counts no session', async () => {
     const port = plane.boundPort(80)!;
     // a request held open on Aa
@@ -224,9 +264,10 @@ describe('gateway on HAProxy', () => {
 
   test('a refused runtime command (HAProxy changed behind our back) ends in a full re-sync with a reload', async () => {
     const admin = new RuntimeApi(path.join(dir, 'haproxy', 'admin.sock'));
-    for (const c of ['set server g80_gA/Ab state maint', 'del server g80_gA/Ab']) await admin.send(c);
+    const be = plane.backendOf(80, 'gA')!;
+    for (const c of [`set server ${be}/Ab state maint`, `del server ${be}/Ab`]) await admin.send(c);
     const pid = await plane.workerPid();
-    await table.setState('Ab', 'draining'); // `set server g80_gA/Ab state drain` is refused: no such server
+    await table.setState('Ab', 'draining'); // `set server <be>/Ab state drain` is refused: no such server
     await apply();
     assert.notEqual(await plane.workerPid(), pid, 'reloaded');
     await table.setState('Ab', 'running');

@@ -11,16 +11,9 @@ import {
 import { Activator } from './activator.js';
 import { AcmeTlsServer } from './acme-tls.js';
 import { PlaneCerts } from './certs.js';
-import {
-  backendName,
-  mapEntries,
-  planeFiles,
-  renderConfig,
-  renderMap,
-  routesByPort,
-  type PlaneFiles,
-} from './config.js';
+import { mapEntries, planeFiles, renderConfig, renderMap, routesByPort, type PlaneFiles } from './config.js';
 import { StatCounters, statNames } from './counters.js';
+import { SlotPool, type Slot } from './slots.js';
 import { TcpWake } from './tcp-wake.js';
 import { freePort, HaproxyProcess } from './process.js';
 import { applyServers, cmd, RejectedCommand, shutdownInstance, wantedServers, type ServerTable } from './servers.js';
@@ -36,10 +29,11 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
 
 /**
  * The data plane on HAProxy (docs/gateway.md), with the public surface of
- * the Node `Gateway`. The route table's shape (ports, groups, modes) is
- * rendered into haproxy.cfg and loaded with a master reload, which keeps
- * established connections on the old worker; instances coming and going,
- * drains and names are applied through the Runtime API without a reload.
+ * the Node `Gateway`. The route table's shape (ports, their modes, and
+ * pools of backends per port: slots.ts) is rendered into haproxy.cfg and
+ * loaded with a master reload, which keeps established connections on the
+ * old worker; groups, instances, drains and names coming and going are
+ * applied through the Runtime API without a reload.
  * Everything is re-rendered from the wanted state after HAProxy restarts or
  * refuses a command, so HAProxy can always be brought back in step.
  */
@@ -56,6 +50,9 @@ export class HaproxyDataPlane {
   private routes: Route[] = [];
   private bound = new Map<number, number>();
   private byPortHost = new Map<number, Map<string, Route>>();
+  private readonly pool = new SlotPool();
+  /** every rendered backend of every port, with the group it serves now */
+  private slots = new Map<number, Slot[]>();
   /** what HAProxy has loaded: the configuration without servers, maps, servers */
   private loadedShape = '';
   private readonly acmeTls = new AcmeTlsServer();
@@ -127,7 +124,9 @@ export class HaproxyDataPlane {
     this.byPortHost = new Map(
       [...byPort].map(([p, rs]) => [p, new Map(rs.flatMap((r) => r.fqdns.map((n) => [n, r])))]),
     );
-    const wakePorts = await this.wakePorts(byPort);
+    const slots = this.pool.assign(byPort);
+    this.slots = slots;
+    const wakePorts = await this.wakePorts(slots);
     const state = (withServers: boolean) => ({
       wakePorts,
       listenHost: this.o.listenHost,
@@ -135,11 +134,14 @@ export class HaproxyDataPlane {
       limits: this.limits,
       activatorPort: this.activator.port,
       acme: { port: this.acmeTls.port, names: this.acmeNames },
-      ports: new Map([...byPort].map(([p, rs]) => [p, { bound: this.bound.get(p)!, routes: rs }])),
+      ports: new Map(
+        [...byPort].map(([p, rs]) => [p, { bound: this.bound.get(p)!, routes: rs, slots: slots.get(p)! }]),
+      ),
       backends: withServers ? this.o.backends : () => [],
     });
-    const wantMaps = new Map([...byPort].map(([p, rs]) => [p, mapEntries(p, rs)]));
-    const wantServers = wantedServers(byPort, this.o.backends);
+    const slotOf = (p: number, g: string) => this.pool.slotOf(p, g);
+    const wantMaps = new Map([...byPort].map(([p, rs]) => [p, mapEntries(p, rs, slotOf)]));
+    const wantServers = wantedServers(slots, this.o.backends);
     const shape = renderConfig(state(false), this.f);
     const wantCerts = this.certs.want(this.routes, this.o.metroDomain);
     if (forceReload || !this.started || shape !== this.loadedShape) {
@@ -147,7 +149,7 @@ export class HaproxyDataPlane {
       await this.load(renderConfig(state(true), this.f), wantMaps);
       this.loadedShape = shape;
       // the configuration has every server as ready; drains are runtime state
-      this.servers = wantedServers(byPort, (g) =>
+      this.servers = wantedServers(slots, (g) =>
         this.o.backends(g).map((b) => ({ ...b, state: b.state === 'other' ? b.state : 'running' })),
       );
     }
@@ -157,8 +159,10 @@ export class HaproxyDataPlane {
         if (w.state === 'draining' && this.servers.get(be)?.get(name)?.state !== 'draining') draining.add(w.instanceId);
     try {
       await this.certs.apply(this.proc.admin, this.f, wantCerts);
-      await this.applyMaps(wantMaps);
+      // names leave before their slot's servers go; names come after their slot's servers are there
+      await this.applyMaps(wantMaps, 'remove');
       await applyServers(this.proc.admin, this.servers, wantServers);
+      await this.applyMaps(wantMaps, 'add');
     } catch (e) {
       // HAProxy and our picture of it disagree: render everything again and reload, once
       if (!(e instanceof RejectedCommand) || forceReload) throw e;
@@ -187,17 +191,22 @@ export class HaproxyDataPlane {
     })();
   }
 
-  /** The activator's TCP listener of every TCP group backend (see tcp-wake.ts). */
-  private async wakePorts(byPort: Map<number, Route[]>): Promise<Map<string, number>> {
+  /** The activator's TCP listener of every TCP backend, spares too (see tcp-wake.ts). */
+  private async wakePorts(slots: Map<number, Slot[]>): Promise<Map<string, number>> {
     const m = new Map<string, number>();
-    for (const [port, routes] of byPort)
-      for (const r of routes) {
-        if (r.handlers.includes('http')) continue;
-        const be = backendName(port, r.groupId);
-        m.set(be, await this.wake.port(be, { groupId: r.groupId, destinationPort: r.destinationPort }));
+    for (const ss of slots.values())
+      for (const s of ss) {
+        if (s.flavor !== 'tcp') continue;
+        const target = s.route && { groupId: s.route.groupId, destinationPort: s.route.destinationPort };
+        m.set(s.name, await this.wake.port(s.name, target));
       }
     this.wake.keep(new Set(m.keys()));
     return m;
+  }
+
+  /** The backend serving a group's public port now (tests, logs). */
+  backendOf(port: number, groupId: string): string | undefined {
+    return this.pool.slotOf(port, groupId);
   }
 
   /** Writes the configuration and maps, checks them, and starts or reloads HAProxy. */
@@ -215,19 +224,31 @@ export class HaproxyDataPlane {
     this.maps = maps;
   }
 
-  /** Names added to or removed from a port: `add map` / `set map` / `del map`, and the file for the next start. */
-  private async applyMaps(want: Map<number, Map<string, string>>): Promise<void> {
+  /**
+   * Names leaving a port (`remove`: `del map`), or added and moved (`add`:
+   * `add map` / `set map`, then the file for the next start).
+   */
+  private async applyMaps(want: Map<number, Map<string, string>>, phase: 'remove' | 'add'): Promise<void> {
     for (const [p, m] of want) {
       const have = this.maps.get(p) ?? new Map<string, string>();
+      this.maps.set(p, have);
       const file = this.f.map(p);
-      for (const k of have.keys()) if (!m.has(k)) await cmd(this.proc.admin, `del map ${file} ${k}`);
+      if (phase === 'remove') {
+        for (const k of [...have.keys()])
+          if (!m.has(k)) {
+            await cmd(this.proc.admin, `del map ${file} ${k}`);
+            have.delete(k);
+          }
+        continue;
+      }
       for (const [k, v] of m) {
         if (have.get(k) === v) continue;
         await cmd(this.proc.admin, `${have.has(k) ? 'set' : 'add'} map ${file} ${k} ${v}`);
+        have.set(k, v);
       }
       await writeFile(file, renderMap(m));
     }
-    this.maps = want;
+    if (phase === 'add') this.maps = want;
   }
 
   /** Re-renders and reloads (or restarts) HAProxy from the wanted state, after a failure. */
@@ -258,7 +279,7 @@ export class HaproxyDataPlane {
         if (!this.proc.running()) this.resync('haproxy is not running');
         return;
       }
-      this.stats.update(csv, statNames(this.routes, this.servers));
+      this.stats.update(csv, statNames(this.slots, this.servers));
     } finally {
       this.polling = false;
     }

@@ -1,6 +1,7 @@
-import type { Backend, Route } from '../types.js';
-import { backendName, serverName } from './config.js';
+import type { Backend } from '../types.js';
+import { serverName } from './config.js';
 import { refused, type RuntimeApi } from './runtime.js';
+import type { Slot } from './slots.js';
 
 /** One server as HAProxy has it: address and admin state. */
 export interface ServerState {
@@ -12,26 +13,29 @@ export interface ServerState {
 /** backend -> server name -> state */
 export type ServerTable = Map<string, Map<string, ServerState>>;
 
-/** The servers every group backend should have now (redirect backends have none). */
-export function wantedServers(ports: Map<number, Route[]>, backends: (groupId: string) => Backend[]): ServerTable {
+/**
+ * The servers every backend should have now: a slot's group's instances at
+ * its destination port; none for spare slots (so a freed slot loses its
+ * servers) and for redirect backends.
+ */
+export function wantedServers(ports: Map<number, Slot[]>, backends: (groupId: string) => Backend[]): ServerTable {
   const t: ServerTable = new Map();
-  for (const [port, routes] of ports) {
-    for (const r of routes) {
-      const be = backendName(port, r.groupId);
-      if (t.has(be) || r.handlers.includes('redirect')) continue;
+  for (const slots of ports.values())
+    for (const slot of slots) {
+      if (slot.flavor === 'redirect') continue;
       const m = new Map<string, ServerState>();
-      for (const b of backends(r.groupId)) {
+      const r = slot.route;
+      for (const b of r ? backends(r.groupId) : []) {
         if (b.state === 'other') continue;
         m.set(serverName(b.instanceId), {
           instanceId: b.instanceId,
-          groupId: r.groupId,
-          addr: `${b.host}:${r.destinationPort}`,
+          groupId: r!.groupId,
+          addr: `${b.host}:${r!.destinationPort}`,
           state: b.state,
         });
       }
-      t.set(be, m);
+      t.set(slot.name, m);
     }
-  }
   return t;
 }
 

@@ -8,8 +8,9 @@ interface Target {
 }
 
 /**
- * The activator's TCP side: one listener on 127.0.0.1 per TCP group backend,
- * rendered as that backend's `backup` server, so HAProxy sends a connection
+ * The activator's TCP side: one listener on 127.0.0.1 per TCP backend
+ * (slots.ts; a spare one's closes what reaches it), rendered as that
+ * backend's `backup` server, so HAProxy sends a connection
  * here only when the group has no usable instance. The connection is held
  * while `onNoBackend(group)` runs (scale to zero wakes an instance there);
  * when it says one runs, the connection is piped to it from here (later ones
@@ -17,7 +18,7 @@ interface Target {
  * is closed.
  */
 export class TcpWake {
-  private readonly listeners = new Map<string, { server: net.Server; port: number; target: Target }>();
+  private readonly listeners = new Map<string, { server: net.Server; port: number; target?: Target }>();
 
   constructor(
     private readonly o: {
@@ -27,14 +28,18 @@ export class TcpWake {
     },
   ) {}
 
-  /** The listener port for a backend, opened on first use; its target follows the latest route. */
-  async port(backend: string, target: Target): Promise<number> {
+  /** The listener port for a backend, opened on first use; its target follows the latest route (none: a spare). */
+  async port(backend: string, target: Target | undefined): Promise<number> {
     const have = this.listeners.get(backend);
     if (have) {
       have.target = target;
       return have.port;
     }
-    const entry = { server: net.createServer((c) => void this.hold(c, entry.target)), port: 0, target };
+    const entry: { server: net.Server; port: number; target?: Target } = {
+      server: net.createServer((c) => void this.hold(c, entry.target)),
+      port: 0,
+      target,
+    };
     await new Promise<void>((resolve, reject) => {
       entry.server.once('error', reject);
       entry.server.listen({ host: '127.0.0.1', port: 0 }, () => resolve());
@@ -53,8 +58,12 @@ export class TcpWake {
     }
   }
 
-  private async hold(client: net.Socket, t: Target): Promise<void> {
+  private async hold(client: net.Socket, t: Target | undefined): Promise<void> {
     client.on('error', () => {});
+    if (!t) {
+      client.destroy();
+      return;
+    }
     client.pause();
     const woke = this.o.onNoBackend ? await this.o.onNoBackend(t.groupId).catch(() => false) : false;
     const b = woke ? this.o.backends(t.groupId).find((x) => x.state === 'running') : undefined;
