@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { err } from '../errors.js';
 import { atomicWrite, exists, syncDir, tempName } from './fsutil.js';
 import { DIGEST_RE, MT, type Descriptor, type Index } from './oci.js';
+import pLimit from 'p-limit';
 
 const LOCK_STALE_MS = 30_000;
 const LOCK_WAIT_MS = 10_000;
@@ -30,7 +31,8 @@ export class ImageLayout {
   readonly blobs: string;
   readonly tmp: string;
   readonly unpacked: string;
-  private inProcess: Promise<unknown> = Promise.resolve();
+  /** index changes of this process, one at a time (the lock file orders processes) */
+  private readonly inProcess = pLimit(1);
 
   constructor(readonly root: string) {
     this.blobs = join(root, 'blobs', 'sha256');
@@ -169,7 +171,7 @@ export class ImageLayout {
    * lock goes stale after 30 s) besides an in-process queue.
    */
   private withIndexLock<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.inProcess.then(async () => {
+    return this.inProcess(async () => {
       const lock = join(this.root, 'index.json.lock');
       const deadline = Date.now() + LOCK_WAIT_MS;
       for (;;) {
@@ -191,7 +193,5 @@ export class ImageLayout {
         await rm(lock, { force: true });
       }
     });
-    this.inProcess = run.catch(() => undefined);
-    return run;
   }
 }

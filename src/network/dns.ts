@@ -1,6 +1,7 @@
 import dgram from 'node:dgram';
 import net from 'node:net';
 import * as packet from 'dns-packet';
+import pLimit from 'p-limit';
 
 /**
  * Maps (asking instance's IP, instance name) to the IP of that name among
@@ -109,7 +110,7 @@ export class InternalDns {
     sock.on('close', () => this.sockets.delete(sock));
     sock.on('error', () => sock.destroy());
     let buf = Buffer.alloc(0);
-    let chain = Promise.resolve();
+    const inOrder = pLimit(1);
     const client = (sock.remoteAddress ?? '').replace(/^::ffff:/, '');
     sock.on('data', (d: Buffer) => {
       buf = Buffer.concat([buf, d]);
@@ -120,10 +121,10 @@ export class InternalDns {
         const msg = buf.subarray(2, 2 + len);
         buf = buf.subarray(2 + len);
         // in order: answers go back in the order the queries came
-        chain = chain.then(async () => {
+        void inOrder(async () => {
           const r = await this.answer(msg, client);
           if (r && !sock.destroyed) sock.write(Buffer.concat([u16(r.length), r]));
-        });
+        }).catch(() => sock.destroy());
       }
     });
   }

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { macFor, parseSubnet } from './address.js';
 import { CommandError, hostRunner, type Runner } from './cmd.js';
 import { renderDelete, renderRules, type TapSpec, checkTapSpec } from './rules.js';
+import pLimit from 'p-limit';
 
 export type { TapSpec } from './rules.js';
 
@@ -62,7 +63,8 @@ export class HostNetwork {
   private readonly run: Runner;
   private readonly guestToHost: { udp: number[]; tcp: number[] };
   private readonly taps = new Map<string, TapSpec>();
-  private queue: Promise<unknown> = Promise.resolve();
+  /** host changes run one at a time */
+  private readonly serial = pLimit(1);
 
   constructor(opts: HostNetworkOptions) {
     const subnet = parseSubnet(opts.subnet);
@@ -196,12 +198,6 @@ export class HostNetwork {
   }
 
   // ---- internals (run inside `serial`) ----
-
-  private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const next = this.queue.then(fn, fn);
-    this.queue = next.catch(() => undefined);
-    return next;
-  }
 
   private checkPrefix(tap: string): void {
     if (!tap.startsWith(this.tapPrefix)) throw new Error(`tap '${tap}' does not start with '${this.tapPrefix}'`);

@@ -17,6 +17,7 @@ import { SlotPool, type Slot } from './slots.js';
 import { TcpWake } from './tcp-wake.js';
 import { freePort, HaproxyProcess } from './process.js';
 import { applyServers, cmd, RejectedCommand, shutdownInstance, wantedServers, type ServerTable } from './servers.js';
+import pLimit from 'p-limit';
 
 export interface HaproxyPlaneOptions extends GatewayOptions {
   /** the daemon's data dir: HAProxy's files go to <dataDir>/haproxy/ */
@@ -44,7 +45,8 @@ export class HaproxyDataPlane {
   private readonly wake: TcpWake;
   private readonly stats: StatCounters;
   private readonly limits;
-  private queue: Promise<unknown> = Promise.resolve();
+  /** route tables, certificates and drains are applied one at a time */
+  private readonly serial = pLimit(1);
   private closed = false;
   private started = false;
   private routes: Route[] = [];
@@ -87,12 +89,6 @@ export class HaproxyDataPlane {
   /** Serialized like the Node gateway's: replaces the route table and syncs the servers from backends(). */
   setRoutes(routes: Route[]): Promise<ListenResult[]> {
     return this.serial(() => this.applyRoutes(routes));
-  }
-
-  private serial<T>(f: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(f);
-    this.queue = run.catch(() => {});
-    return run;
   }
 
   private async applyRoutes(routes: Route[]): Promise<ListenResult[]> {
@@ -407,7 +403,7 @@ export class HaproxyDataPlane {
   async close(o: { keep?: boolean } = {}): Promise<void> {
     this.closed = true;
     if (this.poll) clearInterval(this.poll);
-    await this.queue;
+    await this.serial(() => undefined); // after the changes under way
     if (!o.keep) await this.proc.stop();
     await this.activator.close();
     await this.acmeTls.close();

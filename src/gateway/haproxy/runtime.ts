@@ -1,4 +1,5 @@
 import net from 'node:net';
+import pLimit from 'p-limit';
 
 /**
  * HAProxy's Runtime API (management guide, "Unix socket commands"): one
@@ -7,7 +8,7 @@ import net from 'node:net';
  * of changes cannot exhaust the socket's accept queue.
  */
 export class RuntimeApi {
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly serial = pLimit(1);
 
   constructor(
     readonly socketPath: string,
@@ -16,9 +17,7 @@ export class RuntimeApi {
 
   /** Sends one command; resolves with HAProxy's answer (trimmed). Rejects when the socket cannot be reached. */
   send(command: string, payload?: string): Promise<string> {
-    const run = this.queue.then(() => exchange(this.socketPath, command, payload, this.timeoutMs));
-    this.queue = run.catch(() => {});
-    return run;
+    return this.serial(() => exchange(this.socketPath, command, payload, this.timeoutMs));
   }
 }
 

@@ -21,6 +21,7 @@ import type {
   UserTable,
 } from '../types.js';
 import { MIGRATIONS } from './migrations.js';
+import pLimit from 'p-limit';
 
 type Row = Record<string, unknown>;
 
@@ -85,7 +86,8 @@ export class SqliteStore implements Store {
   /** committed instance rows by id, for the read path (only this process writes instances) */
   private readonly cache = new RowCache<InstanceRec>(20_000);
   private readonly rtx: Tx;
-  private queue: Promise<unknown> = Promise.resolve();
+  /** write transactions run one at a time */
+  private readonly serial = pLimit(1);
   private readonly dataVersion: Database.Statement;
 
   constructor(path: string) {
@@ -135,9 +137,7 @@ export class SqliteStore implements Store {
       for (const c of changes) this.events.emit('change', c);
       return result;
     };
-    const p = this.queue.then(run, run);
-    this.queue = p.catch(() => undefined);
-    return p;
+    return this.serial(run);
   }
 
   read<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
@@ -155,7 +155,7 @@ export class SqliteStore implements Store {
   }
 
   async close(): Promise<void> {
-    await this.queue;
+    await this.serial(() => undefined); // after the transactions under way
     if (this.r !== this.w) this.r.close();
     this.w.close();
   }
