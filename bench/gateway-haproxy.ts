@@ -41,6 +41,20 @@ function status(port: number, host: string): Promise<number> {
   });
 }
 
+/** Median and worst of some latencies (ms). */
+function spread(ms: number[]): { median: number; max: number } {
+  const s = [...ms].sort((a, b) => a - b);
+  return { median: s[Math.floor(s.length / 2)]!, max: s[s.length - 1]! };
+}
+
+/** Polls `host` on `port` until it answers 200; ms since `t0`. */
+async function until200(port: number, host: string, t0: number, what: string): Promise<number> {
+  while ((await status(port, host)) !== 200) {
+    if (performance.now() - t0 > 10_000) throw new Error(`${what} took over 10 s`);
+  }
+  return performance.now() - t0;
+}
+
 /**
  * Route change latency: group `late` on port 81 has no instance; at t0 its
  * instance is marked running and the data plane told (what the gateway
@@ -64,13 +78,9 @@ export async function routeChange(
     const t0 = performance.now();
     table.set('late', [{ instanceId: `late-${i}`, host: '127.0.0.1', state: 'running' }]);
     void plane.setRoutes(all);
-    while ((await status(port, LATE)) !== 200) {
-      if (performance.now() - t0 > 10_000) throw new Error('route change took over 10 s');
-    }
-    ms.push(performance.now() - t0);
+    ms.push(await until200(port, LATE, t0, 'route change'));
   }
-  ms.sort((a, b) => a - b);
-  return { median: ms[Math.floor(ms.length / 2)]!, max: ms[ms.length - 1]! };
+  return spread(ms);
 }
 
 /**
@@ -94,15 +104,11 @@ export async function groupCreate(
     table.set(g, [{ instanceId: `new-${i}`, host: '127.0.0.1', state: 'running' }]);
     const t0 = performance.now();
     void plane.setRoutes([...routes, benchRoute(g, 80, backendHttp, ['http'], name)]);
-    while ((await status(port, name)) !== 200) {
-      if (performance.now() - t0 > 10_000) throw new Error('group creation took over 10 s');
-    }
-    ms.push(performance.now() - t0);
+    ms.push(await until200(port, name, t0, 'group creation'));
     await plane.setRoutes(routes);
     table.delete(g);
   }
-  ms.sort((a, b) => a - b);
-  return { median: ms[Math.floor(ms.length / 2)]!, max: ms[ms.length - 1]! };
+  return spread(ms);
 }
 
 /** Child: the HAProxy data plane routing HOST (one thread, like nginx's one worker). */

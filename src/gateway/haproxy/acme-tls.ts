@@ -1,6 +1,6 @@
-import type net from 'node:net';
 import tls from 'node:tls';
 import type { KeyPair } from '../types.js';
+import { listenLoopback } from './loopback.js';
 
 /** RFC 8737's ALPN protocol: the authority's validator offers only this one. */
 export const ACME_TLS_ALPN = 'acme-tls/1';
@@ -47,11 +47,7 @@ export class AcmeTlsServer {
   }
 
   async listen(): Promise<number> {
-    await new Promise<void>((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen({ host: '127.0.0.1', port: 0 }, () => resolve());
-    });
-    this.port = (this.server.address() as net.AddressInfo).port;
+    this.port = await listenLoopback(this.server);
     return this.port;
   }
 

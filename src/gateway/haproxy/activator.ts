@@ -3,6 +3,7 @@ import type net from 'node:net';
 import type { Logger } from 'pino';
 import { normalizeHost, redirectHttps, RETRY_AFTER_S, sendText } from '../answers.js';
 import type { Backend, Route } from '../types.js';
+import { listenLoopback } from './loopback.js';
 
 const ACME_PREFIX = '/.well-known/acme-challenge/';
 /** Set by HAProxy on the way to the activator: which public port the request came in on. */
@@ -41,11 +42,7 @@ export class Activator {
   }
 
   async listen(): Promise<number> {
-    await new Promise<void>((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen({ host: '127.0.0.1', port: 0 }, () => resolve());
-    });
-    this.port = (this.server.address() as net.AddressInfo).port;
+    this.port = await listenLoopback(this.server);
     return this.port;
   }
 

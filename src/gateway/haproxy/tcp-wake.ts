@@ -1,6 +1,7 @@
 import net from 'node:net';
 import type { Logger } from 'pino';
 import type { Backend } from '../types.js';
+import { listenLoopback } from './loopback.js';
 
 interface Target {
   groupId: string;
@@ -40,11 +41,7 @@ export class TcpWake {
       port: 0,
       target,
     };
-    await new Promise<void>((resolve, reject) => {
-      entry.server.once('error', reject);
-      entry.server.listen({ host: '127.0.0.1', port: 0 }, () => resolve());
-    });
-    entry.port = (entry.server.address() as net.AddressInfo).port;
+    entry.port = await listenLoopback(entry.server);
     this.listeners.set(backend, entry);
     return entry.port;
   }
