@@ -10,13 +10,13 @@
 /** Layers from the top down; a module may import its own layer and those below. */
 const LAYERS = [
   { name: 'cli', paths: ['^src/cli/', '^src/client/'] },
-  { name: 'daemon', paths: ['^src/daemon\\.ts$', '^src/controllers\\.ts$'] },
+  { name: 'daemon', paths: ['^src/daemon\\.ts$', '^src/controllers\\.ts$', '^src/drivers\\.ts$'] },
   { name: 'api', paths: ['^src/api/'] },
   { name: 'services', paths: ['^src/services/'] },
   { name: 'core', paths: ['^src/domain/', '^src/store/', '^src/reconcile/'] },
   {
     name: 'drivers',
-    paths: ['^src/machines/', '^src/network/', '^src/gateway/', '^src/certs/', '^src/images/'],
+    paths: ['^src/machines/', '^src/network/', '^src/volumes/', '^src/gateway/', '^src/certs/', '^src/images/'],
   },
 ];
 

@@ -349,7 +349,7 @@ async function inner(): Promise<void> {
       listen: '127.0.0.1:0',
       subnet: '10.78.0.0/24',
       machines: { ...DEFAULTS.machines, accel: values.accel as MachinesConfig['accel'] },
-      network: { enabled: true, bridge: 'uhbr0', dns: true, dnsPort: 53 },
+      network: { ...DEFAULTS.network, enabled: true, bridge: 'uhbr0', dns: true, dnsPort: 53 },
       gateway: { ...DEFAULTS.gateway, enabled: false },
     },
     { logger: log, controllers: (s) => defaultControllers(s, log) },

@@ -35,6 +35,7 @@ export interface Config {
   logLevel: string;
   machines: MachinesConfig;
   network: NetworkConfig;
+  volumes: VolumesConfig;
   gateway: GatewayConfig;
   acme: AcmeConfig;
 }
@@ -76,6 +77,8 @@ export const LETS_ENCRYPT_PRODUCTION = 'https://acme-v02.api.letsencrypt.org/dir
 export interface GatewayConfig {
   /** publish service groups' ports (listeners, TLS, balancing) */
   enabled: boolean;
+  /** the data plane (src/drivers.ts): `haproxy`, or `memory` (binds nothing: tests, API development) */
+  driver: string;
   /**
    * Scale-to-zero wakes (docs/autoscale.md): a request or connection for a
    * group whose master is in standby is held while the master starts, at
@@ -92,14 +95,22 @@ export interface GatewayConfig {
 export interface NetworkConfig {
   /** give instances a NIC on the private network (bridge, taps, isolation, DNS) */
   enabled: boolean;
+  /** the host side (src/drivers.ts): `host` (bridge, taps, nftables), or `memory` (changes nothing on the host) */
+  driver: string;
   bridge: string;
   /** serve `<name>.internal` on the gateway address */
   dns: boolean;
   dnsPort: number;
 }
 
+/** Persistent volumes' images. */
+export interface VolumesConfig {
+  /** the images (src/drivers.ts): `ext4` (image files in the data dir), or `memory` (no files: tests) */
+  driver: string;
+}
+
 export interface MachinesConfig {
-  /** machine driver from the registry */
+  /** the VMM (src/drivers.ts): `qemu`, or `memory` (boots nothing: tests, API development) */
   driver: string;
   /** `auto` probes once whether KVM really boots a guest, else TCG */
   accel: 'auto' | 'kvm' | 'tcg';
@@ -162,9 +173,11 @@ export const DEFAULTS: Config = {
     },
   },
   logLevel: 'info',
-  network: { enabled: true, bridge: 'uhbr0', dns: true, dnsPort: 53 },
+  network: { enabled: true, driver: 'host', bridge: 'uhbr0', dns: true, dnsPort: 53 },
+  volumes: { driver: 'ext4' },
   gateway: {
     enabled: true,
+    driver: 'haproxy',
     listen: '127.0.0.1',
     portOffset: 0,
     wake: { timeoutMs: 10_000, maxHeldPerGroup: 1000 },

@@ -5,6 +5,8 @@ export interface Paths {
   db: string;
   images: string;
   instance(id: string): string;
+  /** the ext4 images of volumes (src/volumes/ext4.ts) */
+  volumes: string;
   volume(id: string): string;
   /** certificate chains and keys (src/certs/files.ts) */
   certs: string;
@@ -17,6 +19,7 @@ export function pathsFor(dataDir: string): Paths {
     db: join(dataDir, 'unihost.db'),
     images: join(dataDir, 'images'),
     instance: (id) => join(dataDir, 'instances', id),
+    volumes: join(dataDir, 'volumes'),
     volume: (id) => join(dataDir, 'volumes', `${id}.ext4`),
     certs: join(dataDir, 'certs'),
     acme: join(dataDir, 'acme'),

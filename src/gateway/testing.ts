@@ -14,7 +14,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import pino from 'pino';
 import { ensureLocalCa, type LocalCa } from './ca.js';
-import { HaproxyDataPlane } from './haproxy/plane.js';
+import { HaproxyDataPlane, type HaproxyPlaneOptions } from './haproxy/plane.js';
 import type { Backend, GatewayOptions, Route } from './types.js';
 
 export const METRO = 'unihost.test';
@@ -177,27 +177,38 @@ export class BackendTable {
 }
 
 /**
- * The HAProxy data plane on 127.0.0.1 with free ports, its files in a temp
- * dir and its stats read every 50 ms; `table` changes are applied to it.
+ * A started HAProxy data plane on 127.0.0.1 with free ports, the test CA's
+ * wildcard certificate, its files in `dataDir` and its stats read every 50 ms.
  */
-export async function startGateway(
-  routes: Route[],
+export async function testPlane(
+  dataDir: string,
   table: BackendTable,
-  extra: Partial<GatewayOptions> = {},
+  extra: Partial<HaproxyPlaneOptions> = {},
 ): Promise<HaproxyDataPlane> {
   const ca = await testCa();
-  const o: GatewayOptions = {
+  const p = new HaproxyDataPlane({
+    dataDir,
     listenHost: '127.0.0.1',
     portMap: () => 0,
     tls: { cert: ca.cert, key: ca.key },
     metroDomain: METRO,
     backends: table.get,
     log: silent,
+    statsIntervalMs: 50,
     ...extra,
-  };
+  });
+  await p.start();
+  return p;
+}
+
+/** `testPlane` in a temp dir (removed on close) with `routes` applied; `table` changes are applied to it. */
+export async function startGateway(
+  routes: Route[],
+  table: BackendTable,
+  extra: Partial<GatewayOptions> = {},
+): Promise<HaproxyDataPlane> {
   const dataDir = await mkdtemp(path.join(tmpdir(), 'uh-gw-haproxy-'));
-  const gw = new HaproxyDataPlane({ ...o, dataDir, statsIntervalMs: 50 });
-  await gw.start();
+  const gw = await testPlane(dataDir, table, extra);
   let current = routes;
   const setRoutes = gw.setRoutes.bind(gw);
   gw.setRoutes = (rs: Route[]) => {

@@ -122,8 +122,9 @@ export interface ListenResult {
 }
 
 /**
- * What the gateway controller drives: `HaproxyDataPlane` implements it
- * (src/gateway/haproxy/); the controller's unit tests can use another.
+ * What the gateway controller drives: `HaproxyDataPlane` (src/gateway/haproxy/)
+ * and `MemoryDataPlane` (memory.ts, unit tests) implement it; the config's
+ * `gateway.driver` chooses (src/drivers.ts).
  */
 export interface DataPlane {
   /** prepares what must run before the first route table (HAProxy: its activator and stats poll) */

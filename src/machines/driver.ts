@@ -1,8 +1,9 @@
 /**
  * The narrow interface between the machine controller and a VMM. A driver
  * boots, stops and kills VMs and reports what it observes; it never touches
- * the store. Drivers are chosen by name from a registry, so a Firecracker
- * driver can sit beside the QEMU one.
+ * the store. Drivers are chosen by name in the configuration
+ * (`machines.driver`, src/drivers.ts): `qemu` (qemu/driver.ts) or `memory`
+ * (memory.ts); a Firecracker driver would sit beside them.
  */
 export type Machine = 'microvm' | 'pc';
 
@@ -109,16 +110,5 @@ export interface MachineDriver {
   close(): Promise<void>;
 }
 
+/** Builds a driver that reports its VMs' events to `onEvent` (src/drivers.ts chooses one from config). */
 export type DriverFactory = (onEvent: (id: string, ev: MachineEvent) => void) => MachineDriver;
-
-const registry = new Map<string, DriverFactory>();
-
-export function registerDriver(name: string, f: DriverFactory): void {
-  registry.set(name, f);
-}
-
-export function driverFactory(name: string): DriverFactory {
-  const f = registry.get(name);
-  if (!f) throw new Error(`unknown machine driver '${name}' (known: ${[...registry.keys()].join(', ')})`);
-  return f;
-}

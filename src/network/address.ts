@@ -32,3 +32,8 @@ export function macFor(nicId: string): string {
   const b = [0x02, h[0]!, h[1]!, h[2]!, h[3]!, h[4]!];
   return b.map((x) => x.toString(16).padStart(2, '0')).join(':');
 }
+
+/** The guest's `netdev.ip` kernel argument for `ip` on a subnet: address/prefix, gateway, DNS server (the gateway). */
+export function netdevIpArg(ip: string, prefix: number, gateway: string): string {
+  return `${ip}/${prefix}:${gateway}:${gateway}`;
+}

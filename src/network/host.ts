@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
-import { macFor, parseSubnet } from './address.js';
+import { macFor, netdevIpArg, parseSubnet } from './address.js';
 import { CommandError, hostRunner, type Runner } from './cmd.js';
+import type { NetworkDriver } from './driver.js';
+import { waitForPort } from './probe.js';
 import { renderDelete, renderRules, type TapSpec, checkTapSpec } from './rules.js';
 import pLimit from 'p-limit';
 
@@ -52,7 +54,7 @@ interface LinkInfo {
  * tap that should exist before any `ensureTap`/`removeTap`, because the
  * ruleset is always rebuilt from the taps this object knows.
  */
-export class HostNetwork {
+export class HostNetwork implements NetworkDriver {
   readonly bridge: string;
   readonly gateway: string;
   readonly prefixLength: number;
@@ -78,9 +80,18 @@ export class HostNetwork {
     this.run = opts.run ?? hostRunner(opts.netns);
   }
 
+  get dnsHost(): string {
+    return this.gateway;
+  }
+
+  /** Connects from the daemon's namespace (the bridge's), as the gateway does. */
+  waitForPort(ip: string, port: number, signal: AbortSignal): Promise<void> {
+    return waitForPort(ip, port, signal);
+  }
+
   /** The guest's `netdev.ip` value for an address (DNS server = gateway). */
   netdevIp(ip: string): string {
-    return `${ip}/${this.prefixLength}:${this.gateway}:${this.gateway}`;
+    return netdevIpArg(ip, this.prefixLength, this.gateway);
   }
 
   /**

@@ -3,7 +3,6 @@ import type { Logger } from 'pino';
 import type { Controller, ControllerDeps } from './deps.js';
 import {
   ensureLocalCa,
-  HaproxyDataPlane,
   type Backend,
   type DataPlane,
   type GatewayOptions,
@@ -40,6 +39,8 @@ export class GatewayController implements Controller {
   constructor(
     private readonly s: ControllerDeps,
     private readonly log: Logger,
+    /** builds the data plane (src/drivers.ts picks it from `gateway.driver`) */
+    private readonly plane: (o: GatewayOptions) => DataPlane,
     /** called when an instance's last connection closed (ends a drain early) */
     private readonly onIdle: (instanceId: string) => void = () => undefined,
   ) {
@@ -65,7 +66,7 @@ export class GatewayController implements Controller {
       acmeChallenge: (host, token) => this.s.certificates.challenges.answer(host, token),
       log: this.log,
     };
-    this.gateway = new HaproxyDataPlane({ ...o, dataDir: this.s.config.dataDir });
+    this.gateway = this.plane(o);
     await this.gateway.start?.();
     this.certs = new CertInstaller(this.s, this.gateway, this.log);
     const challenges = this.s.certificates.challenges;

@@ -2,8 +2,9 @@ import { buildCmdline } from '../domain/cmdline.js';
 import { imageBootFiles } from '../images/boot-files.js';
 import type { Contract, MachineRuntime, MachineSpec, Shutdown } from '../machines/driver.js';
 import type { ControllerDeps } from './deps.js';
-import type { InstanceRec } from '../store/types.js';
+import type { InstanceRec, Tx } from '../store/types.js';
 import type { NetworkHooks } from './network.js';
+import type { VolumeDriver } from '../volumes/driver.js';
 
 /** What a boot needs: the driver's spec, the tap's set-up time, shutdown behaviour, readiness ports. */
 export interface BootPlan {
@@ -26,12 +27,12 @@ export interface RuntimeRec extends MachineRuntime {
 
 /**
  * Plans the boot of `inst`: the image's boot files, its NIC (the network
- * attaches the tap, timed from `t0` with `now`), its volumes as disks and
- * mounts, the kernel command line, and the ports that mean ready.
+ * attaches the tap, timed from `t0` with `now`), its volumes' images as
+ * disks and mounts, the kernel command line, and the ports that mean ready.
  */
 export async function bootPlan(
   s: ControllerDeps,
-  network: NetworkHooks | undefined,
+  { network, volumes: images }: { network?: NetworkHooks; volumes: VolumeDriver },
   inst: InstanceRec,
   t0: number,
   now: () => number,
@@ -56,7 +57,7 @@ export async function bootPlan(
     machine: img.machine,
     firmware: img.firmware,
     contract: img.contract,
-    disks: volumes.map((v, i) => ({ path: s.paths.volume(v.id), tag: `vol${i}`, readonly: v.readonly })),
+    disks: volumes.map((v, i) => ({ path: images.path(v.id), tag: `vol${i}`, readonly: v.readonly })),
     ...(nic ? { nic: { tap: nic.tap, mac: nic.mac } } : {}),
   };
   const readyPorts = nic ? await readyPortsOf(s, inst, img.ports) : [];
@@ -74,4 +75,41 @@ async function readyPortsOf(s: ControllerDeps, inst: InstanceRec, imagePorts: nu
   const forwarded = (g?.services ?? []).filter((sv) => !sv.handlers.includes('redirect'));
   const ports = new Set(forwarded.map((sv) => sv.destination_port));
   return ports.size > 0 ? [...ports].sort((a, b) => a - b) : imagePorts;
+}
+
+/**
+ * Records a VM the driver has just started: its runtime facts (what a
+ * restarted daemon needs to adopt it), the boot's first timings, and its
+ * volumes as `mounted`. The boot marks of the previous boot are cleared.
+ */
+export async function recordBootInTx(
+  tx: Tx,
+  inst: InstanceRec,
+  rt: MachineRuntime,
+  plan: BootPlan,
+  t0: number,
+): Promise<void> {
+  // Deleted while the VMM was spawning: the reconcile of the deletion kills it; its volumes
+  // (detached, left `mounted` by the delete) are released then, never marked here.
+  if (!(await tx.instances.getAny(inst.id))) return;
+  await tx.instances.update(inst.id, {
+    runtime: {
+      ...rt,
+      contract: plan.spec.contract,
+      shutdown: plan.shutdown,
+      readyPorts: plan.readyPorts,
+    } satisfies RuntimeRec,
+    start_count: inst.start_count + 1,
+    started_at: new Date(rt.spawnedAt).toISOString(),
+    vmm_start_time_us: Math.max(0, (rt.spawnedAt - t0) * 1000),
+    net_time_us: plan.netUs,
+    vmm_load_time_us: null,
+    vmm_ready_time_us: null,
+    boot_time_us: null,
+    stop_reason: null,
+    exit_code: null,
+    stop_code: null,
+  });
+  for (const v of await tx.volumes.forInstance(inst.id))
+    if (v.state === 'idle') await tx.volumes.update(v.id, { state: 'mounted' });
 }

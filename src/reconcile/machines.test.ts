@@ -5,7 +5,6 @@
  */
 import { afterEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +17,7 @@ import { SqliteStore } from '../store/sqlite/index.js';
 import type { InstanceRec, UserRec } from '../store/types.js';
 import type { TimerApi } from './engine.js';
 import { MachineController } from './machines.js';
+import { MemoryVolumes } from '../volumes/memory.js';
 
 /** A clock and timers that only move when the test says so. */
 class FakeTime implements TimerApi {
@@ -144,6 +144,8 @@ interface World {
   c: MachineController;
   d: FakeDriver;
   time: FakeTime;
+  /** the in-memory volume images the controller checks and attaches */
+  volumes: MemoryVolumes;
   user: UserRec;
   dir: string;
   /** messages the controller logged as errors */
@@ -168,8 +170,10 @@ async function world(
   const s = createServices(config, new SqliteStore(join(dir, 'unihost.db')), { now: () => time.now });
   let d!: FakeDriver;
   const errors: string[] = [];
+  const volumes = new MemoryVolumes();
   const c = new MachineController({
     services: s,
+    volumes,
     driver: (onEvent) => {
       d = new FakeDriver(time, onEvent);
       for (const pid of opts.alive ?? []) d.alive.add(pid);
@@ -190,7 +194,7 @@ async function world(
     await s.images.importKernel('app:latest', { kernel, machine: 'microvm', args: ['default'] });
   }
   await c.start();
-  const w = { s, c, d, time, user, dir, errors };
+  const w = { s, c, d, time, volumes, user, dir, errors };
   worlds.push(w);
   return w;
 }
@@ -717,12 +721,10 @@ describe('daemon restart during a stop without a VM (found by test/crash)', () =
 });
 
 describe('volumes', () => {
-  /** A persistent volume with a real ext4 image (the boot checks it with e2fsck), available. */
+  /** A persistent volume with a formatted image (the boot checks it), available. */
   async function volume(w: World): Promise<string> {
     const { uuid } = await w.s.volumes.create(w.user, { size_mb: 8 });
-    const file = w.s.paths.volume(uuid);
-    mkdirSync(join(file, '..'), { recursive: true });
-    execFileSync('mkfs.ext4', ['-q', '-F', file, '8M']);
+    await w.volumes.format(uuid, 8);
     await w.s.store.tx((tx) => tx.volumes.update(uuid, { state: 'available' }));
     return uuid;
   }

@@ -7,12 +7,12 @@ import type { DriverFactory, MachineDriver, MachineEvent, MachineRuntime, Machin
 import { STOP, vmmFailure } from '../machines/stop-info.js';
 import type { InstanceRec } from '../store/types.js';
 import type { NetworkHooks } from './network.js';
-import { checkVolumeFile } from './volumes.js';
+import type { VolumeDriver } from '../volumes/driver.js';
 import { RetryingQueue, Timers, type TimerApi } from './engine.js';
 import { ReadinessProbes } from './machine-probes.js';
 import { VmVolumes } from './machine-volumes.js';
 import { escalatedStop, recordExitInTx, restartInTx, type ExitEvent } from './machine-exit.js';
-import { bootPlan, type BootPlan, type RuntimeRec } from './machine-plan.js';
+import { bootPlan, recordBootInTx, type BootPlan, type RuntimeRec } from './machine-plan.js';
 import { killStrays, settleVanishedInTx, stopWithoutVmInTx } from './machine-adopt.js';
 
 export interface MachineControllerOptions {
@@ -33,6 +33,8 @@ export interface MachineControllerOptions {
   beforeStop?: (id: string) => Promise<void>;
   /** the private network; without it VMs get no NIC */
   network?: NetworkHooks;
+  /** volume images: checked before a boot, attached as disks */
+  volumes: VolumeDriver;
   /** resolves when `ip:port` accepts a TCP connection (readiness of listening apps); rejects on abort */
   probePort?: (ip: string, port: number, signal: AbortSignal) => Promise<void>;
   timers?: TimerApi;
@@ -296,13 +298,13 @@ export class MachineController implements Controller {
     try {
       if (broken) throw new Error(`volume '${broken.name}' is in state error: ${broken.message ?? 'see the operator'}`);
       for (const v of volumes) {
-        const problem = await checkVolumeFile(this.s.paths.volume(v.id));
+        const problem = await this.o.volumes.check(v.id);
         if (problem) {
           await this.s.store.tx((tx) => tx.volumes.update(v.id, { state: 'error', message: problem }));
           throw new Error(`volume '${v.name}': ${problem}`);
         }
       }
-      plan = await bootPlan(this.s, this.o.network, inst, t0, () => this.now());
+      plan = await bootPlan(this.s, this.o, inst, t0, () => this.now());
       this.vmVolumes.track(
         inst.id,
         volumes.map((v) => v.id),
@@ -326,31 +328,7 @@ export class MachineController implements Controller {
       return;
     }
     this.o.log.info({ id: inst.id, pid: rt.pid, accel: rt.accel }, 'VM started');
-    await this.s.store.tx(async (tx) => {
-      // Deleted while QEMU was spawning: the reconcile of the deletion kills it; its volumes
-      // (detached, left `mounted` by the delete) are released then, never marked here.
-      if (!(await tx.instances.getAny(inst.id))) return;
-      await tx.instances.update(inst.id, {
-        runtime: {
-          ...rt,
-          contract: plan.spec.contract,
-          shutdown: plan.shutdown,
-          readyPorts: plan.readyPorts,
-        } satisfies RuntimeRec,
-        start_count: inst.start_count + 1,
-        started_at: new Date(rt.spawnedAt).toISOString(),
-        vmm_start_time_us: Math.max(0, (rt.spawnedAt - t0) * 1000),
-        net_time_us: plan.netUs,
-        vmm_load_time_us: null,
-        vmm_ready_time_us: null,
-        boot_time_us: null,
-        stop_reason: null,
-        exit_code: null,
-        stop_code: null,
-      });
-      for (const v of await tx.volumes.forInstance(inst.id))
-        if (v.state === 'idle') await tx.volumes.update(v.id, { state: 'mounted' });
-    });
+    await this.s.store.tx((tx) => recordBootInTx(tx, inst, rt, plan, t0));
     this.timers.at(inst.id, rt.spawnedAt + this.bootTimeoutMs, this.now());
   }
 

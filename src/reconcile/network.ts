@@ -1,7 +1,8 @@
 import type { Controller, ControllerDeps } from './deps.js';
 import { macFor } from '../network/address.js';
 import { InternalDns } from '../network/dns.js';
-import { HostNetwork, tapName, type TapSpec } from '../network/host.js';
+import type { NetworkDriver, TapSpec } from '../network/driver.js';
+import { tapName } from '../network/host.js';
 import type { InstanceRec } from '../store/types.js';
 
 /** What the machine controller needs from the network to boot a VM. */
@@ -19,16 +20,14 @@ export interface NetworkHooks {
  * still running (adopted) and removes the rest.
  */
 export class NetworkController implements Controller, NetworkHooks {
-  readonly host: HostNetwork;
   private dns: InternalDns | null = null;
 
   constructor(
     private readonly s: ControllerDeps,
     private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void },
-  ) {
-    const n = s.config.network;
-    this.host = new HostNetwork({ subnet: s.config.subnet, bridge: n.bridge });
-  }
+    /** the host side of the network (src/drivers.ts picks it from `network.driver`) */
+    readonly host: NetworkDriver,
+  ) {}
 
   private spec(inst: InstanceRec): TapSpec {
     if (!inst.private_ip || !inst.nic_id) throw new Error(`instance ${inst.name} has no private address`);
@@ -43,9 +42,9 @@ export class NetworkController implements Controller, NetworkHooks {
     const expected = all.filter((i) => i.private_ip && i.nic_id).map((i) => this.spec(i));
     const r = await this.host.sync(expected);
     if (r.removed.length > 0) this.log.info({ removed: r.removed }, 'removed stray taps');
-    if (this.s.config.network.dns) {
+    if (this.s.config.network.dns && this.host.dnsHost) {
       this.dns = new InternalDns({
-        host: this.host.gateway,
+        host: this.host.dnsHost,
         port: this.s.config.network.dnsPort,
         resolve: (clientIp, name) => this.resolve(clientIp, name),
         onError: (e) => this.log.warn({ err: e }, 'DNS resolver failed'),

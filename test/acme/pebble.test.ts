@@ -21,6 +21,7 @@ import * as packet from 'dns-packet';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { CertificateController } from '../../src/reconcile/certificates.js';
+import { dataPlane } from '../../src/drivers.js';
 import { GatewayController } from '../../src/reconcile/gateway.js';
 import { testCa, testLeaf } from '../helpers/certs.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
@@ -153,7 +154,7 @@ if (!insideTestNetns()) {
         },
       },
       (s) => {
-        gw = new GatewayController(s, pino({ level: 'silent' }));
+        gw = new GatewayController(s, pino({ level: 'silent' }), dataPlane(s, pino({ level: 'silent' })));
         certs = new CertificateController(s, pino({ level: 'info' }, orderLog));
         return [simMachines(s), gw, certs];
       },

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import tls from 'node:tls';
 import pino from 'pino';
+import { dataPlane } from '../../src/drivers.js';
 import { GatewayController } from '../../src/reconcile/gateway.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { simMachines } from '../helpers/sim-machines.js';
@@ -18,7 +19,7 @@ const { ok } = replyAsserts('certificates');
 
 before(async () => {
   h = await startHarness({ gateway: { enabled: true, listen: '127.0.0.1', portOffset: -1 } }, (s) => {
-    gw = new GatewayController(s, pino({ level: 'silent' }));
+    gw = new GatewayController(s, pino({ level: 'silent' }), dataPlane(s, pino({ level: 'silent' })));
     return [simMachines(s), gw];
   });
   alice = await h.user('alice');

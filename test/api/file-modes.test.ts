@@ -3,6 +3,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { VolumeController } from '../../src/reconcile/volumes.js';
+import { Ext4Volumes } from '../../src/volumes/ext4.js';
 
 let h: Harness;
 const quiet = { warn: () => undefined, error: () => undefined };
@@ -10,7 +11,7 @@ const quiet = { warn: () => undefined, error: () => undefined };
 before(async () => {
   // A lax launcher (a shell's usual umask): the daemon must not depend on it.
   process.umask(0o022);
-  h = await startHarness({}, (s) => [new VolumeController(s, quiet)]);
+  h = await startHarness({}, (s) => [new VolumeController(s, quiet, new Ext4Volumes(s.paths.volumes))]);
 });
 after(async () => h.close());
 

@@ -6,6 +6,7 @@ import { after, before, test } from 'node:test';
 import tls from 'node:tls';
 import pino from 'pino';
 import { getMetricsFromStream } from 'prom2javascript';
+import { dataPlane } from '../../src/drivers.js';
 import { GatewayController } from '../../src/reconcile/gateway.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { replyAsserts } from '../helpers/replies.js';
@@ -19,7 +20,7 @@ const { ok } = replyAsserts('service_groups');
 
 before(async () => {
   h = await startHarness({ gateway: { enabled: true, listen: '127.0.0.1', portOffset: -1 } }, (s) => {
-    gw = new GatewayController(s, pino({ level: 'silent' }));
+    gw = new GatewayController(s, pino({ level: 'silent' }), dataPlane(s, pino({ level: 'silent' })));
     return [simMachines(s), gw];
   });
   alice = await h.user('alice');

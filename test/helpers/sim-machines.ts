@@ -1,4 +1,5 @@
 import type { Controller } from '../../src/daemon.js';
+import { MEMORY_VM_STATS } from '../../src/machines/memory.js';
 import type { Services } from '../../src/services/index.js';
 import type { InstanceRec } from '../../src/store/types.js';
 
@@ -7,14 +8,16 @@ export interface SimStats {
   rssBytes: number;
 }
 
-/** CPU time and RSS every simulated running VM reports (the machine controller's `stats`). */
-export const SIM_STATS: SimStats = Object.freeze({ cpuMs: 42, rssBytes: 8 << 20 });
+/** CPU time and RSS every simulated running VM reports (the machine controller's `stats`): the memory driver's. */
+export const SIM_STATS: SimStats = MEMORY_VM_STATS;
 
 /**
  * A simulated machine controller for control-plane API tests only: it moves
  * instances through their states at once (starting -> running, stopping or
  * draining -> stopped) without booting anything, and marks new volumes
- * available. Lifecycle tests with real VMs use the QEMU driver instead.
+ * available. Lifecycle tests with real VMs use the QEMU driver instead; the
+ * daemon's own controllers over the in-memory drivers (src/drivers.ts) are
+ * tested in test/api/memory-drivers.test.ts.
  */
 export function simMachines(
   s: Services,

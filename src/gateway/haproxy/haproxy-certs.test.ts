@@ -12,10 +12,10 @@ import {
   readUntil,
   request,
   route,
-  silent,
   testCa,
   tlsConnect,
   type TestBackend,
+  testPlane,
 } from '../testing.js';
 import type { KeyPair, Route } from '../types.js';
 import { HaproxyDataPlane } from './plane.js';
@@ -57,17 +57,7 @@ describe('gateway on HAProxy: certificates', () => {
     routes.push(route('gA', 443, a[0].port, ['http', 'tls'], [A, C]), route('gT', 8443, t[0].port, ['tls'], [T]));
     ca = await leafCa();
     metro = await testCa();
-    plane = new HaproxyDataPlane({
-      dataDir: dir,
-      listenHost: '127.0.0.1',
-      portMap: () => 0,
-      tls: { cert: metro.cert, key: metro.key },
-      metroDomain: METRO,
-      backends: table.get,
-      log: silent,
-      statsIntervalMs: 50,
-    });
-    await plane.start();
+    plane = await testPlane(dir, table, { tls: { cert: metro.cert, key: metro.key } });
     await settle();
     port = plane.boundPort(443)!;
   });

@@ -12,36 +12,19 @@ import {
   readUntil,
   request,
   route,
-  silent,
   testCa,
   tlsConnect,
   until,
   type TestBackend,
+  testPlane,
 } from '../testing.js';
 import type { Route } from '../types.js';
-import { HaproxyDataPlane, type HaproxyPlaneOptions } from './plane.js';
+import type { HaproxyDataPlane } from './plane.js';
 import { RuntimeApi } from './runtime.js';
 
 const A = `app-aaaa1111.${METRO}`;
 const R = `red-1.${METRO}`;
 const T = `tcp-1.${METRO}`;
-
-async function startPlane(dataDir: string, table: BackendTable, extra: Partial<HaproxyPlaneOptions> = {}) {
-  const ca = await testCa();
-  const p = new HaproxyDataPlane({
-    dataDir,
-    listenHost: '127.0.0.1',
-    portMap: () => 0,
-    tls: { cert: ca.cert, key: ca.key },
-    metroDomain: METRO,
-    backends: table.get,
-    log: silent,
-    statsIntervalMs: 50,
-    ...extra,
-  });
-  await p.start();
-  return p;
-}
 
 describe('gateway on HAProxy', () => {
   let a: [TestBackend, TestBackend];
@@ -70,7 +53,7 @@ describe('gateway on HAProxy', () => {
       route('gR', 80, 443, ['http', 'redirect'], [R]),
       route('gT', 8443, t[0].port, ['tls'], [T]),
     ];
-    plane = await startPlane(dir, table, {
+    plane = await testPlane(dir, table, {
       acmeChallenge: (host, token) => (token === 'tok' ? `${token}.key-of-${host}` : undefined),
       onIdle: (id) => idle.push(id),
       onNoBackend: async (g) => {
@@ -313,14 +296,14 @@ describe('gateway on HAProxy: daemon restart', () => {
     await table.set('gD', a);
     const routes = [route('gD', 80, a[0].port, ['http'], [A])];
     const fixed = () => first.boundPort(80) ?? 0;
-    const first = await startPlane(dir, table);
+    const first = await testPlane(dir, table);
     let second: HaproxyDataPlane | undefined;
     try {
       await first.setRoutes(routes);
       const port = fixed();
       const pid = first.pid();
       await first.close({ keep: true });
-      second = await startPlane(dir, table, { portMap: () => port });
+      second = await testPlane(dir, table, { portMap: () => port });
       await second.setRoutes(routes);
       assert.equal(second.pid(), pid, 'same master');
       assert.equal((await request(port, A)).status, 200);

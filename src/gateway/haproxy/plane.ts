@@ -3,6 +3,7 @@ import path from 'node:path';
 import {
   DEFAULT_LIMITS,
   type Counters,
+  type DataPlane,
   type GatewayOptions,
   type KeyPair,
   type ListenResult,
@@ -12,11 +13,12 @@ import { Activator } from './activator.js';
 import { AcmeTlsServer } from './acme-tls.js';
 import { PlaneCerts } from './certs.js';
 import { mapEntries, planeFiles, renderConfig, renderMap, routesByPort, type PlaneFiles } from './config.js';
+import { applyMaps, type MapTable } from './maps.js';
 import { StatCounters, statNames } from './counters.js';
 import { SlotPool, type Slot } from './slots.js';
 import { TcpWake } from './tcp-wake.js';
 import { freePort, HaproxyProcess } from './process.js';
-import { applyServers, cmd, RejectedCommand, shutdownInstance, wantedServers, type ServerTable } from './servers.js';
+import { applyServers, RejectedCommand, shutdownInstance, wantedServers, type ServerTable } from './servers.js';
 import pLimit from 'p-limit';
 
 export interface HaproxyPlaneOptions extends GatewayOptions {
@@ -29,8 +31,7 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
 }
 
 /**
- * The data plane on HAProxy (docs/gateway.md), with the public surface of
- * the Node `Gateway`. The route table's shape (ports, their modes, and
+ * The data plane on HAProxy (docs/gateway.md). The route table's shape (ports, their modes, and
  * pools of backends per port: slots.ts) is rendered into haproxy.cfg and
  * loaded with a master reload, which keeps established connections on the
  * old worker; groups, instances, drains and names coming and going are
@@ -38,7 +39,7 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
  * Everything is re-rendered from the wanted state after HAProxy restarts or
  * refuses a command, so HAProxy can always be brought back in step.
  */
-export class HaproxyDataPlane {
+export class HaproxyDataPlane implements DataPlane {
   private readonly f: PlaneFiles;
   private readonly proc: HaproxyProcess;
   private readonly activator: Activator;
@@ -60,7 +61,7 @@ export class HaproxyDataPlane {
   private readonly acmeTls = new AcmeTlsServer();
   /** names with a TLS-ALPN-01 challenge, as rendered into the configuration */
   private acmeNames: string[] = [];
-  private maps = new Map<number, Map<string, string>>();
+  private maps: MapTable = new Map();
   private servers: ServerTable = new Map();
   private readonly certs: PlaneCerts;
   private poll: NodeJS.Timeout | null = null;
@@ -86,7 +87,7 @@ export class HaproxyDataPlane {
     });
   }
 
-  /** Serialized like the Node gateway's: replaces the route table and syncs the servers from backends(). */
+  /** Replaces the route table and syncs the servers from backends(); one change at a time. */
   setRoutes(routes: Route[]): Promise<ListenResult[]> {
     return this.serial(() => this.applyRoutes(routes));
   }
@@ -156,9 +157,10 @@ export class HaproxyDataPlane {
     try {
       await this.certs.apply(this.proc.admin, this.f, wantCerts);
       // names leave before their slot's servers go; names come after their slot's servers are there
-      await this.applyMaps(wantMaps, 'remove');
+      await applyMaps(this.proc.admin, this.f, this.maps, wantMaps, 'remove');
       await applyServers(this.proc.admin, this.servers, wantServers);
-      await this.applyMaps(wantMaps, 'add');
+      await applyMaps(this.proc.admin, this.f, this.maps, wantMaps, 'add');
+      this.maps = wantMaps;
     } catch (e) {
       // HAProxy and our picture of it disagree: render everything again and reload, once
       if (!(e instanceof RejectedCommand) || forceReload) throw e;
@@ -206,7 +208,7 @@ export class HaproxyDataPlane {
   }
 
   /** Writes the configuration and maps, checks them, and starts or reloads HAProxy. */
-  private async load(config: string, maps: Map<number, Map<string, string>>): Promise<void> {
+  private async load(config: string, maps: MapTable): Promise<void> {
     await mkdir(this.f.dir, { recursive: true, mode: 0o700 });
     if (this.activator.port === 0) throw new Error('activator not listening');
     for (const [p, m] of maps) await writeFile(this.f.map(p), renderMap(m));
@@ -218,33 +220,6 @@ export class HaproxyDataPlane {
       this.started = true;
     } else await this.proc.reload();
     this.maps = maps;
-  }
-
-  /**
-   * Names leaving a port (`remove`: `del map`), or added and moved (`add`:
-   * `add map` / `set map`, then the file for the next start).
-   */
-  private async applyMaps(want: Map<number, Map<string, string>>, phase: 'remove' | 'add'): Promise<void> {
-    for (const [p, m] of want) {
-      const have = this.maps.get(p) ?? new Map<string, string>();
-      this.maps.set(p, have);
-      const file = this.f.map(p);
-      if (phase === 'remove') {
-        for (const k of [...have.keys()])
-          if (!m.has(k)) {
-            await cmd(this.proc.admin, `del map ${file} ${k}`);
-            have.delete(k);
-          }
-        continue;
-      }
-      for (const [k, v] of m) {
-        if (have.get(k) === v) continue;
-        await cmd(this.proc.admin, `${have.has(k) ? 'set' : 'add'} map ${file} ${k} ${v}`);
-        have.set(k, v);
-      }
-      await writeFile(file, renderMap(m));
-    }
-    if (phase === 'add') this.maps = want;
   }
 
   /** Re-renders and reloads (or restarts) HAProxy from the wanted state, after a failure. */

@@ -4,7 +4,7 @@ import { closeSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { checkVolumeFile } from './volumes.js';
+import { checkVolumeFile } from './ext4.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'uhvol-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,0 +1,32 @@
+import type { TapSpec } from './rules.js';
+
+export type { TapSpec } from './rules.js';
+
+/**
+ * What the network controller (src/reconcile/network.ts) drives: the host
+ * side of the private network. `HostNetwork` (host.ts) is the real one: a
+ * bridge, taps and nftables rules; `MemoryNetwork` (memory.ts) keeps the
+ * same bookkeeping in memory for unit tests. The config's `network.driver`
+ * chooses (src/drivers.ts).
+ */
+export interface NetworkDriver {
+  /** the host's address on the private network: the guests' gateway and DNS server */
+  readonly gateway: string;
+  /** where the `.internal` DNS server listens: the gateway address on the host; null when no interface carries it */
+  readonly dnsHost: string | null;
+  /** creates or repairs what every tap needs (the bridge, the rules); idempotent */
+  setup(): Promise<void>;
+  /**
+   * Makes the set of taps exactly `expected` (after a daemon restart): keeps
+   * those present, creates the missing, removes the others.
+   */
+  sync(expected: TapSpec[]): Promise<{ created: string[]; removed: string[] }>;
+  /** creates the tap of one instance if missing and admits it; idempotent */
+  ensureTap(spec: TapSpec): Promise<void>;
+  /** removes a tap and its rules; a tap already gone is fine */
+  removeTap(tap: string): Promise<void>;
+  /** the guest's `netdev.ip` value for its address */
+  netdevIp(ip: string): string;
+  /** resolves once `ip:port` of a guest accepts a TCP connection (readiness); rejects when `signal` aborts */
+  waitForPort(ip: string, port: number, signal: AbortSignal): Promise<void>;
+}

@@ -1,0 +1,51 @@
+import { join } from 'node:path';
+import type { VolumeDriver } from './driver.js';
+
+/**
+ * The volume driver of unit tests (`volumes.driver: "memory"`): images are
+ * entries in a map, with the same states as files (present, damaged,
+ * missing) and no disk use. A VM of the memory machine driver never opens
+ * `path`.
+ */
+export class MemoryVolumes implements VolumeDriver {
+  /** size in MB of each image present, by volume id */
+  readonly images = new Map<string, number>();
+  /** images a test marked damaged, with the problem `check` reports */
+  readonly damaged = new Map<string, string>();
+  /** makes the next `format` fail with this message (a full disk, say) */
+  failNextFormat: string | null = null;
+
+  constructor(private readonly dir = '/nonexistent/unihost-memory-volumes') {}
+
+  path(id: string): string {
+    return join(this.dir, `${id}.ext4`);
+  }
+
+  async format(id: string, sizeMb: number): Promise<void> {
+    const fail = this.failNextFormat;
+    this.failNextFormat = null;
+    if (fail) throw new Error(fail);
+    this.damaged.delete(id);
+    this.images.set(id, sizeMb);
+  }
+
+  async check(id: string): Promise<string | null> {
+    if (!this.images.has(id)) return `the image file ${this.path(id)} is missing`;
+    return this.damaged.get(id) ?? null;
+  }
+
+  exists(id: string): boolean {
+    return this.images.has(id);
+  }
+
+  async remove(id: string): Promise<void> {
+    this.images.delete(id);
+    this.damaged.delete(id);
+  }
+
+  prune(keep: ReadonlySet<string>): string[] {
+    const removed = [...this.images.keys()].filter((id) => !keep.has(id));
+    for (const id of removed) this.images.delete(id);
+    return removed;
+  }
+}

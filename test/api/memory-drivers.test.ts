@@ -1,0 +1,184 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- API replies are JSON; the assertions check their shape. */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import pino from 'pino';
+import { DEFAULTS, type Config } from '../../src/config.js';
+import { defaultControllers } from '../../src/controllers.js';
+import { buildDrivers, checkDriverNames, type Drivers } from '../../src/drivers.js';
+import { MemoryDataPlane } from '../../src/gateway/memory.js';
+import { MEMORY_VM_STATS, MemoryMachines } from '../../src/machines/memory.js';
+import { tapName } from '../../src/network/host.js';
+import { MemoryNetwork } from '../../src/network/memory.js';
+import type { Services } from '../../src/services/index.js';
+import { MemoryVolumes } from '../../src/volumes/memory.js';
+import { startHarness, type Harness } from '../helpers/harness.js';
+import { replyAsserts } from '../helpers/replies.js';
+
+/**
+ * The daemon's own controllers (machines, network, volumes, gateway,
+ * autoscale) over the in-memory drivers, through the real API and SQLite:
+ * the path of src/drivers.ts that unit tests and API development use. The
+ * same paths with QEMU, the host network, ext4 and HAProxy are in test/vm/.
+ */
+const log = pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' });
+const MEMORY = {
+  machines: { ...DEFAULTS.machines, driver: 'memory' },
+  network: { ...DEFAULTS.network, driver: 'memory' },
+  volumes: { driver: 'memory' },
+  gateway: { ...DEFAULTS.gateway, driver: 'memory' },
+};
+
+describe('drivers chosen by name in the configuration', () => {
+  test('the memory names build the memory drivers', async () => {
+    const s = { config: { ...DEFAULTS, ...MEMORY }, clock: { now: Date.now } } as unknown as Services;
+    const d = await buildDrivers(s, log);
+    assert.ok(d.network instanceof MemoryNetwork);
+    assert.ok(d.volumes instanceof MemoryVolumes);
+    assert.ok(d.machines(() => undefined) instanceof MemoryMachines);
+    assert.ok(d.dataPlane({ backends: () => [] } as any) instanceof MemoryDataPlane);
+  });
+
+  test('an unknown name is refused with the setting and the known names', () => {
+    for (const [over, re] of [
+      [
+        { machines: { ...DEFAULTS.machines, driver: 'firecracker' } },
+        /machines\.driver 'firecracker'.*known: qemu, memory/,
+      ],
+      [{ network: { ...DEFAULTS.network, driver: 'ovs' } }, /network\.driver 'ovs'.*known: host, memory/],
+      [{ volumes: { driver: 'zfs' } }, /volumes\.driver 'zfs'.*known: ext4, memory/],
+      [{ gateway: { ...DEFAULTS.gateway, driver: 'nginx' } }, /gateway\.driver 'nginx'.*known: haproxy, memory/],
+      [{ volumes: { driver: 'toString' } }, /volumes\.driver 'toString' is not a known driver/],
+    ] as const)
+      assert.throws(() => checkDriverNames({ ...DEFAULTS, ...over } as Config), re);
+  });
+
+  test('a daemon with an unknown driver name does not start, and says which setting', async () => {
+    await assert.rejects(
+      startHarness({ ...MEMORY, volumes: { driver: 'zfs' } }, (s) => defaultControllers(s, log)),
+      /volumes\.driver 'zfs' is not a known driver/,
+    );
+  });
+});
+
+describe('the controllers over the memory drivers', () => {
+  let h: Harness;
+  let alice: string;
+  let vms!: MemoryMachines;
+  let plane!: MemoryDataPlane;
+  const net = new MemoryNetwork(DEFAULTS.subnet);
+  const images = new MemoryVolumes();
+  const { ok } = replyAsserts('instances');
+  const get = (id: string) => h.daemon.store.read((tx) => tx.instances.getAny(id));
+  const state = (id: string, want: string) => h.until(async () => (await get(id))?.state === want);
+
+  before(async () => {
+    h = await startHarness(MEMORY, (s) => {
+      const drivers: Drivers = {
+        machines: (onEvent) => (vms = new MemoryMachines(onEvent, () => s.clock.now())),
+        network: net,
+        volumes: images,
+        dataPlane: (o) => (plane = new MemoryDataPlane(o, () => s.clock.now())),
+      };
+      return defaultControllers(s, log, drivers);
+    });
+    alice = await h.user('alice', true);
+    const kernel = join(h.dataDir, 'kernel');
+    writeFileSync(kernel, 'a kernel the memory machine driver never reads');
+    await h.daemon.services.images.importKernel('app:latest', { kernel, machine: 'microvm', args: ['serve'] });
+  });
+  after(async () => h?.close());
+
+  test('a volume is formatted, an instance boots with it, gets a tap and a route, answers, stops and goes', async () => {
+    const v = ok(await h.call('POST', '/v1/volumes', alice, { name: 'data', size_mb: 8 }), 'volumes')[0];
+    await h.until(async () => (await h.daemon.store.read((tx) => tx.volumes.getAny(v.uuid)))?.state === 'available');
+    assert.equal(images.images.get(v.uuid), 8, 'formatted at its size');
+
+    const [m] = ok(
+      await h.call('POST', '/v1/instances', alice, {
+        name: 'web',
+        image: 'app:latest',
+        autostart: true,
+        wait_timeout_ms: 5000,
+        volumes: [{ uuid: v.uuid, at: '/data' }],
+        service_group: { services: [{ port: 443, handlers: ['http', 'tls'] }] },
+      }),
+    );
+    assert.equal(m.state, 'running', 'create-with-wait answers once the memory VM is ready');
+    const inst = (await get(m.uuid))!;
+    assert.deepEqual(net.taps.get(tapName(inst.id)), {
+      tap: tapName(inst.id),
+      userId: inst.user_id,
+      ip: inst.private_ip,
+      mac: inst.mac,
+    });
+    assert.equal(vms.stats(inst.id), MEMORY_VM_STATS);
+
+    const fqdn = (await h.daemon.store.read((tx) => tx.domains.forGroup(inst.service_group_id!)))[0]!.fqdn;
+    const route = plane.table().find((r) => r.groupId === inst.service_group_id);
+    assert.deepEqual(route && { port: route.port, fqdns: route.fqdns }, { port: 443, fqdns: [fqdn] });
+    assert.deepEqual(await plane.request(fqdn, 443), { status: 200, instanceId: inst.id });
+    assert.deepEqual(await plane.request('nobody.example', 443), { status: 404 });
+    assert.equal(plane.counters().instances[inst.id]?.requests, 1);
+
+    const logText = (await h.call('GET', '/v1/instances/log', alice, { uuid: inst.id })).body.data.instances[0].output;
+    assert.match(Buffer.from(logText, 'base64').toString(), /memory VM: booting .* with 128 MB \(.*serve/);
+
+    ok(await h.call('PUT', '/v1/instances/stop', alice, { uuid: inst.id }));
+    await state(inst.id, 'stopped');
+    const stopped = (await get(inst.id))!;
+    assert.deepEqual([stopped.stop_reason, stopped.exit_code], [15, 0], 'a clean stop the user asked for');
+    assert.deepEqual(await plane.request(fqdn, 443), { status: 503 }, 'no running instance, no scale-to-zero');
+
+    ok(await h.call('DELETE', '/v1/instances', alice, { uuid: inst.id }));
+    await h.until(async () => !net.taps.has(tapName(inst.id)));
+    ok(await h.call('DELETE', '/v1/volumes', alice, { uuid: v.uuid }), 'volumes');
+    await h.until(async () => !images.images.has(v.uuid));
+  });
+
+  test('an application that fails is restarted by its policy; a crash is told apart from an exit', async () => {
+    const boot = async (name: string, policy: string) =>
+      ok(
+        await h.call('POST', '/v1/instances', alice, {
+          name,
+          image: 'app:latest',
+          autostart: true,
+          wait_timeout_ms: 5000,
+          restart_policy: policy,
+        }),
+      )[0].uuid as string;
+    const flaky = await boot('flaky', 'on-failure');
+    vms.exit(flaky, 3);
+    await h.until(async () => (await get(flaky))?.start_count === 2 && (await get(flaky))?.state === 'running');
+    assert.equal(vms.boots.get(flaky), 2);
+    assert.equal((await get(flaky))?.restart_attempt, 1);
+
+    const fragile = await boot('fragile', 'never');
+    vms.crash(fragile);
+    await state(fragile, 'stopped');
+    const i = (await get(fragile))!;
+    assert.equal(i.exit_code, null, 'a kernel crash has no exit code');
+    assert.equal(i.stop_code! & 0xff, 4, 'the page fault is the cause');
+  });
+
+  test('scale to zero: the idle master goes to standby, and a request wakes it', async () => {
+    const [m] = ok(
+      await h.call('POST', '/v1/instances', alice, {
+        name: 'sleepy',
+        image: 'app:latest',
+        autostart: true,
+        wait_timeout_ms: 5000,
+        scale_to_zero: { policy: 'on', cooldown_time_ms: 1000 },
+        service_group: { services: [{ port: 443, handlers: ['http', 'tls'] }] },
+      }),
+    );
+    await h.until(async () => (await get(m.uuid))?.state === 'standby', 15_000);
+    const inst = (await get(m.uuid))!;
+    assert.equal(inst.stop_reason, 7, 'stopped by the platform, cleanly');
+    const fqdn = (await h.daemon.store.read((tx) => tx.domains.forGroup(inst.service_group_id!)))[0]!.fqdn;
+    assert.deepEqual(await plane.request(fqdn, 443), { status: 200, instanceId: inst.id });
+    const woken = (await get(m.uuid))!;
+    assert.equal(woken.start_count, 2, 'the same instance started again');
+  });
+});
