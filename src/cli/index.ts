@@ -34,7 +34,7 @@ export function buildCli(): Command {
   return program;
 }
 
-/** Runs the CLI; errors end as lines on stderr and an exit code (shared/exit.ts), never a stack trace. */
+/** Runs the CLI; errors end as lines on stderr and an exit code (src/cli/shared/exit.ts), never a stack trace. */
 export async function main(argv = process.argv): Promise<void> {
   try {
     await buildCli().parseAsync(argv);

@@ -1,6 +1,7 @@
 import { rmSync } from 'node:fs';
 import { ConsoleLog } from './console-log.js';
 import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from './driver.js';
+import { emptyControl } from './stop-info.js';
 
 /** What a memory VM reports: fixed figures, so tests can tell them from absent ones. */
 export const MEMORY_VM_STATS = Object.freeze({ cpuMs: 42, rssBytes: 8 << 20 });
@@ -12,16 +13,11 @@ interface MemoryVm {
   console: string;
 }
 
+/** A guest that reached its application (init and ready seen), then `over`. */
 const control = (over: Partial<ControlState>): ControlState => ({
+  ...emptyControl(),
   init: true,
   ready: true,
-  stop: false,
-  shutdown: false,
-  exit: null,
-  killed: false,
-  signal: null,
-  oom: false,
-  errno: null,
   ...over,
 });
 

@@ -72,6 +72,18 @@ describe('the controllers over the memory drivers', () => {
   const { ok } = replyAsserts('instances');
   const get = (id: string) => h.daemon.store.read((tx) => tx.instances.getAny(id));
   const state = (id: string, want: string) => h.until(async () => (await get(id))?.state === want);
+  /** creates and starts an instance, waiting until it runs; the reply's entry */
+  const boot = async (name: string, extra: Record<string, unknown>) =>
+    ok(
+      await h.call('POST', '/v1/instances', alice, {
+        name,
+        image: 'app:latest',
+        autostart: true,
+        wait_timeout_ms: 5000,
+        ...extra,
+      }),
+    )[0];
+  const SERVICE = { services: [{ port: 443, handlers: ['http', 'tls'] }] };
 
   before(async () => {
     h = await startHarness(MEMORY, (s) => {
@@ -95,16 +107,7 @@ describe('the controllers over the memory drivers', () => {
     await h.until(async () => (await h.daemon.store.read((tx) => tx.volumes.getAny(v.uuid)))?.state === 'available');
     assert.equal(images.images.get(v.uuid), 8, 'formatted at its size');
 
-    const [m] = ok(
-      await h.call('POST', '/v1/instances', alice, {
-        name: 'web',
-        image: 'app:latest',
-        autostart: true,
-        wait_timeout_ms: 5000,
-        volumes: [{ uuid: v.uuid, at: '/data' }],
-        service_group: { services: [{ port: 443, handlers: ['http', 'tls'] }] },
-      }),
-    );
+    const m = await boot('web', { volumes: [{ uuid: v.uuid, at: '/data' }], service_group: SERVICE });
     assert.equal(m.state, 'running', 'create-with-wait answers once the memory VM is ready');
     const inst = (await get(m.uuid))!;
     assert.deepEqual(net.taps.get(tapName(inst.id)), {
@@ -138,23 +141,13 @@ describe('the controllers over the memory drivers', () => {
   });
 
   test('an application that fails is restarted by its policy; a crash is told apart from an exit', async () => {
-    const boot = async (name: string, policy: string) =>
-      ok(
-        await h.call('POST', '/v1/instances', alice, {
-          name,
-          image: 'app:latest',
-          autostart: true,
-          wait_timeout_ms: 5000,
-          restart_policy: policy,
-        }),
-      )[0].uuid as string;
-    const flaky = await boot('flaky', 'on-failure');
+    const flaky = (await boot('flaky', { restart_policy: 'on-failure' })).uuid as string;
     vms.exit(flaky, 3);
     await h.until(async () => (await get(flaky))?.start_count === 2 && (await get(flaky))?.state === 'running');
     assert.equal(vms.boots.get(flaky), 2);
     assert.equal((await get(flaky))?.restart_attempt, 1);
 
-    const fragile = await boot('fragile', 'never');
+    const fragile = (await boot('fragile', { restart_policy: 'never' })).uuid as string;
     vms.crash(fragile);
     await state(fragile, 'stopped');
     const i = (await get(fragile))!;
@@ -163,16 +156,7 @@ describe('the controllers over the memory drivers', () => {
   });
 
   test('scale to zero: the idle master goes to standby, and a request wakes it', async () => {
-    const [m] = ok(
-      await h.call('POST', '/v1/instances', alice, {
-        name: 'sleepy',
-        image: 'app:latest',
-        autostart: true,
-        wait_timeout_ms: 5000,
-        scale_to_zero: { policy: 'on', cooldown_time_ms: 1000 },
-        service_group: { services: [{ port: 443, handlers: ['http', 'tls'] }] },
-      }),
-    );
+    const m = await boot('sleepy', { scale_to_zero: { policy: 'on', cooldown_time_ms: 1000 }, service_group: SERVICE });
     await h.until(async () => (await get(m.uuid))?.state === 'standby', 15_000);
     const inst = (await get(m.uuid))!;
     assert.equal(inst.stop_reason, 7, 'stopped by the platform, cleanly');

@@ -1,9 +1,8 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint } from '../endpoint.js';
-import { Name, Opt, Str, Uuid } from '../schemas/common.js';
+import { Name, Opt, Str, Summary, Uuid } from '../schemas/common.js';
 
 const C = 'certificates';
-const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
 
 const Pem = (what: string, max: number) => Str(what, { minLength: 1, maxLength: max });
 

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint, RawArray } from '../endpoint.js';
-import { Bool, Int, Name, Opt, Ref, Str, TimeoutMs, TimeoutS, Uuid } from '../schemas/common.js';
+import { Bool, Int, Name, Opt, Ref, Str, Summary, TimeoutMs, TimeoutS, Uuid } from '../schemas/common.js';
 import { GroupServiceEntry, DomainIn } from './services.js';
 import { checkCreate, FEATURES, RESTART_POLICIES, type CreateParams } from '../../services/instances-create.js';
 import { err } from '../../errors.js';
@@ -98,8 +98,6 @@ const CreateBody = Type.Object(
   },
   { additionalProperties: false },
 );
-
-const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
 
 export const instanceEndpoints = [
   endpoint({

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint } from '../endpoint.js';
-import { Bool, Int, Name, Opt, PolicyName, Ref, Str, Uuid } from '../schemas/common.js';
+import { Bool, Int, Name, Opt, PolicyName, Ref, Str, Summary, Uuid } from '../schemas/common.js';
 import { checkGroupDescription, type GroupDescription } from '../../services/groups.js';
 import { checkAutoscaleParams, type AutoscaleIn } from '../../services/autoscale.js';
 import { checkPolicy, type PolicyIn } from '../../domain/steps.js';
@@ -28,7 +28,6 @@ export const DomainIn = Type.Object(
 );
 
 const G = 'service_groups';
-const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
 
 const StepSchema = Type.Object(
   {

@@ -1,11 +1,10 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint } from '../endpoint.js';
-import { Bool, Int, Name, Opt, Ref, Str, Uuid } from '../schemas/common.js';
+import { Bool, Int, Name, Opt, Ref, Str, Summary, Uuid } from '../schemas/common.js';
 import type { VolumeState } from '../../store/types.js';
 import { checkAttach, type AttachIn } from '../../services/volumes.js';
 
 const V = 'volumes';
-const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
 const VolumeStateSchema = Type.Union(
   ['uninitialized', 'initializing', 'available', 'idle', 'mounted', 'busy', 'error'].map((s) => Type.Literal(s)),
   { errorMessage: 'expected one of uninitialized, initializing, available, idle, mounted, busy, error' },

@@ -29,3 +29,6 @@ export const TimeoutMs = (description: string) => Type.Integer({ minimum: -1, de
 /** Timeout in seconds (newer clients), an alias of a `_ms` timeout that must not come with it. */
 export const TimeoutS = (msKey: string) =>
   Opt(Int(`Alias of ${msKey} in seconds (newer clients); not together with it.`, { minimum: -1 }));
+
+/** A response entry of a call on one object: its per-entry `status`, `uuid` and `name`, and what the endpoint adds. */
+export const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
