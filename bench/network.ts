@@ -33,12 +33,13 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pino from 'pino';
-import { Client, Pool, request } from 'undici';
+import { request } from 'undici';
 import { DEFAULTS, type MachinesConfig } from '../src/config.js';
 import { defaultControllers } from '../src/controllers.js';
 import { startDaemon, type Daemon } from '../src/daemon.js';
 import { importGuestImages } from '../src/images/guest.js';
 import { killLeaks, poll, qemuProcs } from '../test/helpers/vm.js';
+import { report, undiciConc, undiciSeq, undiciSeqOnce, type HttpRow } from './network-lib.js';
 
 const SELF = fileURLToPath(import.meta.url);
 const ROOT = resolve(dirname(SELF), '..');
@@ -126,91 +127,7 @@ async function outer(): Promise<number> {
   return code;
 }
 
-// ---- statistics and the table ----------------------------------------------
-
-const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
-const q = (xs: number[], p: number) => {
-  const s = sorted(xs);
-  return s.length ? s[Math.min(s.length - 1, Math.ceil(p * s.length) - 1)]! : NaN;
-};
-const median = (xs: number[]) => q(xs, 0.5);
-
-interface HttpRow {
-  what: string;
-  runs: number;
-  /** requests/s of each run */
-  rps: number[];
-  /** per-request latencies of all runs, ms */
-  lat: number[];
-  failed: number;
-  requests: number;
-}
-const f1 = (n: number) => (Number.isFinite(n) ? n.toFixed(n >= 100 ? 0 : 1) : '-');
-const f2 = (n: number) => (Number.isFinite(n) ? n.toFixed(2) : '-');
-
-function httpTable(rows: HttpRow[]): string {
-  const head = `${'HTTP GET / (new TCP connection per request)'.padEnd(62)} runs   req/s (min-max)        median ms  p99 ms  failed/requests`;
-  const lines = rows.map((r) => {
-    const rps = `${f1(median(r.rps))} (${f1(Math.min(...r.rps))}-${f1(Math.max(...r.rps))})`;
-    const lat = r.lat.length
-      ? `${f2(median(r.lat)).padStart(9)}  ${f2(q(r.lat, 0.99)).padStart(6)}`
-      : `${'-'.padStart(9)}  ${'-'.padStart(6)}`;
-    return `${r.what.padEnd(62)} ${String(r.runs).padStart(4)}   ${rps.padEnd(22)} ${lat}  ${r.failed}/${r.requests}`;
-  });
-  return [head, ...lines].join('\n');
-}
-
 // ---- inside the namespace: host → guest ----------------------------------------
-
-async function undiciSeq(url: string): Promise<{ rps: number; lat: number[]; failed: number }> {
-  const c = new Client(url);
-  const lat: number[] = [];
-  let failed = 0;
-  try {
-    const t0 = performance.now();
-    for (let i = 0; i < REQS; i++) {
-      const t = performance.now();
-      try {
-        const r = await c.request({ path: '/', method: 'GET' });
-        await r.body.text();
-        if (r.statusCode !== 200) failed++;
-      } catch {
-        failed++;
-      }
-      lat.push(performance.now() - t);
-    }
-    return { rps: REQS / ((performance.now() - t0) / 1000), lat, failed };
-  } finally {
-    await c.close();
-  }
-}
-
-async function undiciConc(url: string): Promise<{ rps: number; lat: number[]; failed: number; n: number }> {
-  const pool = new Pool(url, { connections: CONNS });
-  const lat: number[] = [];
-  let failed = 0;
-  const t0 = performance.now();
-  const end = t0 + SECONDS * 1000;
-  const worker = async () => {
-    while (performance.now() < end) {
-      const t = performance.now();
-      try {
-        const r = await pool.request({ path: '/', method: 'GET' });
-        await r.body.text();
-        if (r.statusCode !== 200) failed++;
-      } catch {
-        failed++;
-      }
-      lat.push(performance.now() - t);
-    }
-  };
-  try {
-    await Promise.all(Array.from({ length: CONNS }, worker));
-    return { rps: lat.length / ((performance.now() - t0) / 1000), lat, failed, n: lat.length };
-  } finally {
-    await pool.close();
-  }
-}
 
 /** The guests' client on the host: one busybox wget process per request, timed spawn to exit. */
 async function wgetSeq(busybox: string, url: string): Promise<{ rps: number; lat: number[]; failed: number }> {
@@ -402,7 +319,7 @@ async function inner(): Promise<void> {
     ];
     for (let i = 0; i < 20; i++) await undiciSeqOnce(url); // warm-up: httpd's pages in the guest
     for (let r = 0; r < RUNS; r++) {
-      const rs = [await undiciSeq(url), await undiciConc(url), await wgetSeq(busybox, `${url}/`)];
+      const rs = [await undiciSeq(url, REQS), await undiciConc(url, CONNS, SECONDS), await wgetSeq(busybox, `${url}/`)];
       rs.forEach((x, k) => {
         const row = host[k]!;
         row.runs++;
@@ -449,7 +366,7 @@ async function inner(): Promise<void> {
     await poll('dd gone', () => qemuProcs([dataDir]).length === 0, 30_000);
     const hostMbs = await hostDd(dataDir);
 
-    report(host, guest, { ...gd, ...hostMbs });
+    report(host, guest, { ...gd, ...hostMbs }, { mb: MB, volMb: VOL_MB });
     console.log(
       `load average at the end: ${loadavg()
         .map((x) => x.toFixed(2))
@@ -458,50 +375,6 @@ async function inner(): Promise<void> {
   } finally {
     await cleanup();
   }
-}
-
-async function undiciSeqOnce(url: string): Promise<number> {
-  try {
-    const r = await request(`${url}/`);
-    await r.body.text();
-    return r.statusCode;
-  } catch {
-    return 0;
-  }
-}
-
-type DdFigures = { guest: number[]; guestTmpfs: number[]; ext4: number[]; raw: number[]; tmpfs: number[] };
-function report(host: HttpRow[], guest: HttpRow[], dd: DdFigures): void {
-  const byWhat = (rows: HttpRow[], s: string) => rows.find((r) => r.what.includes(s))!;
-  const hw = byWhat(host, 'busybox wget');
-  const gw = byWhat(guest, 'by IP, busybox wget, sequential');
-  const gl = byWhat(guest, 'loopback');
-  const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
-  console.log(`\n${httpTable([...host, ...guest])}`);
-  console.log(
-    `\nratios guest → guest / host → guest, both busybox wget sequential: ` +
-      `req/s ${ratio(median(gw.rps), median(hw.rps))}, median latency ${ratio(median(gw.lat), median(hw.lat))}; ` +
-      `guest → guest / guest loopback: req/s ${ratio(median(gw.rps), median(gl.rps))}, ` +
-      `median latency ${ratio(median(gw.lat), median(gl.lat))}`,
-  );
-  const dl = (what: string, xs: number[]) =>
-    `${what.padEnd(62)} ${String(xs.length).padStart(4)}   ${f1(median(xs)).padStart(7)} (${f1(Math.min(...xs))}-${f1(Math.max(...xs))})`;
-  console.log(
-    [
-      `\n${`sequential write, ${MB} MiB, dd bs=1M conv=fsync`.padEnd(62)} runs   MiB/s median (min-max)`,
-      dl(`guest, to its ${VOL_MB} MB volume (ext4 image, virtio-blk)`, dd.guest),
-      dl(`host, into a ${VOL_MB} MB ext4 image, loop-mounted`, dd.ext4),
-      dl(`host, into a ${VOL_MB} MB raw image file (notrunc)`, dd.raw),
-      dl('guest, to tmpfs /tmp (no disk: the copy under TCG)', dd.guestTmpfs),
-      dl('host, to a tmpfs', dd.tmpfs),
-    ].join('\n'),
-  );
-  console.log(
-    `\nratios guest volume / host: vs ext4 image ${ratio(median(dd.guest), median(dd.ext4))}, ` +
-      `vs raw image file ${ratio(median(dd.guest), median(dd.raw))}; ` +
-      `guest tmpfs / host tmpfs ${ratio(median(dd.guestTmpfs), median(dd.tmpfs))}; ` +
-      `guest volume / guest tmpfs ${ratio(median(dd.guest), median(dd.guestTmpfs))}`,
-  );
 }
 
 if (!process.env.UH_BENCH_NETNS) {

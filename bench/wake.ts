@@ -92,7 +92,7 @@ async function inner(): Promise<void> {
     const e = created.data.instances![0]!;
     if (e.state !== 'running') throw new Error(`c-http did not start: ${JSON.stringify(created)}`);
     const fqdn = (e.service_group as { domains: { fqdn: string }[] }).domains[0]!.fqdn;
-    const port = gwc.gateway!.boundPort(443)!;
+    const port = gwc.dataPlane!.boundPort(443)!;
     /** A request on a new TLS connection through the gateway; ms until the response headers. */
     const firstByte = async (): Promise<number> => {
       const agent = new Agent({ connect: { ca, servername: fqdn } });
@@ -192,7 +192,7 @@ async function autoscaleReaction(
     ],
   });
   if (conf.status !== 'success') throw new Error(`autoscale: ${JSON.stringify(conf)}`);
-  const port = gwc.gateway!.boundPort(443)!;
+  const port = gwc.dataPlane!.boundPort(443)!;
   const agent = new Agent({ connect: { ca, servername: fqdn }, connections: 8 });
   const members = async () =>
     d.store.read(async (tx) => (await tx.instances.all()).filter((i) => i.service_group_id === groupId));
@@ -227,7 +227,7 @@ async function autoscaleReaction(
         const now = performance.now() - t0;
         if (clone && !tDecision) tDecision = now;
         if (clone?.state === 'running' && !tRunning) tRunning = now;
-        if (clone && (gwc.gateway!.counters().instances[clone.id]?.requests ?? 0) > 0) tServing = now;
+        if (clone && (gwc.dataPlane!.counters().instances[clone.id]?.requests ?? 0) > 0) tServing = now;
         await new Promise((r) => setTimeout(r, 20));
       }
       loading = false;

@@ -9,7 +9,7 @@ export type GatewayCounters = () => Counters | undefined;
 export function gatewayCountersOf(controllers: () => unknown[] | undefined): GatewayCounters {
   return () => {
     for (const c of controllers() ?? []) {
-      const g = (c as { gateway?: { counters?: () => Counters } } | null)?.gateway;
+      const g = (c as { dataPlane?: { counters?: () => Counters } } | null)?.dataPlane;
       if (g && typeof g.counters === 'function') return g.counters();
     }
     return undefined;

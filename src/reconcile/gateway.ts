@@ -24,7 +24,8 @@ const DAY_MS = 86_400_000;
  * have; stopped ones are cut at once.
  */
 export class GatewayController implements Controller {
-  gateway: DataPlane | null = null;
+  /** the data plane the routes go to (null until start) */
+  dataPlane: DataPlane | null = null;
   ca: LocalCa | null = null;
   private backendsByGroup = new Map<string, Backend[]>();
   private readonly queue: RetryingQueue;
@@ -40,7 +41,7 @@ export class GatewayController implements Controller {
     private readonly s: ControllerDeps,
     private readonly log: Logger,
     /** builds the data plane (src/drivers.ts picks it from `gateway.driver`) */
-    private readonly plane: (o: GatewayOptions) => DataPlane,
+    private readonly makePlane: (o: GatewayOptions) => DataPlane,
     /** called when an instance's last connection closed (ends a drain early) */
     private readonly onIdle: (instanceId: string) => void = () => undefined,
   ) {
@@ -66,11 +67,11 @@ export class GatewayController implements Controller {
       acmeChallenge: (host, token) => this.s.certificates.challenges.answer(host, token),
       log: this.log,
     };
-    this.gateway = this.plane(o);
-    await this.gateway.start?.();
-    this.certs = new CertInstaller(this.s, this.gateway, this.log);
+    this.dataPlane = this.makePlane(o);
+    await this.dataPlane.start?.();
+    this.certs = new CertInstaller(this.s, this.dataPlane, this.log);
     const challenges = this.s.certificates.challenges;
-    const gw = this.gateway;
+    const gw = this.dataPlane;
     this.offAlpn = challenges.onAlpnChange(() => gw.setAlpnChallenges(challenges.alpnCertificates()));
     this.off = this.s.store.onChange((c) => {
       if (c.kind === 'group' || c.kind === 'instance' || c.kind === 'certificate') void this.queue.kick('sync');
@@ -82,7 +83,7 @@ export class GatewayController implements Controller {
 
   private async renewCertificate(): Promise<void> {
     this.ca = await ensureLocalCa(join(this.s.config.dataDir, 'ca'), this.s.config.metroDomain);
-    this.gateway?.setCertificate({ cert: this.ca.cert, key: this.ca.key });
+    this.dataPlane?.setCertificate({ cert: this.ca.cert, key: this.ca.key });
   }
 
   async stop(): Promise<void> {
@@ -90,7 +91,7 @@ export class GatewayController implements Controller {
     this.offAlpn?.();
     if (this.renew) clearInterval(this.renew);
     await this.queue.stop();
-    await this.gateway?.close();
+    await this.dataPlane?.close();
   }
 
   /**
@@ -107,7 +108,7 @@ export class GatewayController implements Controller {
 
   /** What scale-to-zero needs to know of an instance's traffic (src/reconcile/autoscale.ts). */
   traffic(groupId: string, instanceId: string): { busy: number; lastActivity: number; held: number } {
-    const c = this.gateway?.counters().instances[instanceId];
+    const c = this.dataPlane?.counters().instances[instanceId];
     return this.waker.traffic(groupId, c && { busy: c.openConnections, lastActivity: c.lastActivity });
   }
 
@@ -118,7 +119,7 @@ export class GatewayController implements Controller {
 
   /** Rebuilds routes and backends from the store (cheap: a few queries over groups and instances). */
   private async sync(): Promise<void> {
-    const gw = this.gateway;
+    const gw = this.dataPlane;
     if (!gw) return;
     const { routes, backends, states, custom } = await this.s.store.read(async (tx) => {
       const routes: Route[] = [];
@@ -182,6 +183,6 @@ export class GatewayController implements Controller {
 
   /** Open connections of an instance (the machine controller ends drains with it). */
   connections(instanceId: string): number | undefined {
-    return this.gateway?.connections(instanceId);
+    return this.dataPlane?.connections(instanceId);
   }
 }

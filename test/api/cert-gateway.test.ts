@@ -29,7 +29,7 @@ after(async () => h.close());
 
 /** A TLS handshake to the gateway's port 443 for `servername`, verified against `caPem`. */
 function handshake(servername: string, caPem: string): Promise<tls.TLSSocket> {
-  const port = gw.gateway!.boundPort(443)!;
+  const port = gw.dataPlane!.boundPort(443)!;
   return new Promise((resolve, reject) => {
     const s = tls.connect({ host: '127.0.0.1', port, servername, ca: caPem }, () => resolve(s));
     s.once('error', reject);

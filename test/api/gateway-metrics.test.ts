@@ -33,7 +33,7 @@ function get(host: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const s = tls.connect({
       host: '127.0.0.1',
-      port: gw.gateway!.boundPort(443)!,
+      port: gw.dataPlane!.boundPort(443)!,
       servername: host,
       ca: readFileSync(gw.ca!.caPath),
     });

@@ -192,7 +192,7 @@ if (!insideTestNetns()) {
 
     test('the gateway publishes a group of real guests: TLS, balancing, routing per user, redirect, drain', async () => {
       const gwc = h.daemon.services.controllers!.find(
-        (c) => (c as GatewayController).gateway !== undefined && 'ca' in (c as object),
+        (c) => (c as GatewayController).dataPlane !== undefined && 'ca' in (c as object),
       ) as GatewayController;
       const services = [
         { port: 443, destination_port: 8080, handlers: ['tls', 'http'] },
@@ -226,7 +226,7 @@ if (!insideTestNetns()) {
       ]);
       for (const r of started)
         for (const e of r.body.data.instances) assert.equal(e.state, 'running', JSON.stringify(r.body));
-      const gw = gwc.gateway!;
+      const gw = gwc.dataPlane!;
       const tlsPort = gw.boundPort(443)!;
       const httpPort = gw.boundPort(80)!;
       assert.ok(tlsPort && httpPort, 'listeners for 443 and 80');

@@ -48,7 +48,7 @@ if (!insideTestNetns()) {
 
     /** An HTTPS request through the gateway's port 443 for `fqdn`; status, Retry-After and body. */
     async function viaGateway(fqdn: string, agent: Agent) {
-      const r = await request(`https://127.0.0.1:${gwc.gateway!.boundPort(443)}/`, {
+      const r = await request(`https://127.0.0.1:${gwc.dataPlane!.boundPort(443)}/`, {
         headers: { host: fqdn },
         dispatcher: agent,
         headersTimeout: 60_000,
@@ -94,7 +94,7 @@ if (!insideTestNetns()) {
       await images.importKernel('junk:latest', { kernel: junk, machine: 'pc' });
       t = await h.user('stz');
       gwc = h.daemon.services.controllers!.find(
-        (c) => (c as GatewayController).gateway !== undefined && 'waker' in (c as object),
+        (c) => (c as GatewayController).dataPlane !== undefined && 'waker' in (c as object),
       ) as GatewayController;
       ca = readFileSync(gwc.ca!.caPath, 'utf8');
     });
@@ -146,7 +146,7 @@ if (!insideTestNetns()) {
       assert.equal((await get('uk')).stop_reason, 20);
       const t0 = Date.now();
       const answer = await new Promise<string>((resolve, reject) => {
-        const s = tls.connect({ host: '127.0.0.1', port: gwc.gateway!.boundPort(8443)!, servername: web.fqdn, ca });
+        const s = tls.connect({ host: '127.0.0.1', port: gwc.dataPlane!.boundPort(8443)!, servername: web.fqdn, ca });
         let text = '';
         s.once('secureConnect', () => s.write(`GET / HTTP/1.1\r\nHost: ${web.fqdn}\r\nConnection: close\r\n\r\n`));
         s.on('data', (d: Buffer) => (text += d.toString()));

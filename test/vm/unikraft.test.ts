@@ -130,7 +130,7 @@ if (!insideTestNetns()) {
       assert.match(await direct.body.text(), /Hello from Unikraft!/);
 
       const gwc = h.daemon.services.controllers!.find(
-        (c) => (c as GatewayController).gateway !== undefined && 'ca' in (c as object),
+        (c) => (c as GatewayController).dataPlane !== undefined && 'ca' in (c as object),
       ) as GatewayController;
       const fqdn: string = e.service_group.domains[0].fqdn;
       const ca = readFileSync(gwc.ca!.caPath, 'utf8');
@@ -139,7 +139,7 @@ if (!insideTestNetns()) {
         const viaGateway = await poll(
           'c-http answers through the gateway',
           async () => {
-            const g = await request(`https://127.0.0.1:${gwc.gateway!.boundPort(443)}/`, {
+            const g = await request(`https://127.0.0.1:${gwc.dataPlane!.boundPort(443)}/`, {
               headers: { host: fqdn },
               dispatcher: agent,
             });
