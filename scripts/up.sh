@@ -29,6 +29,20 @@ mkdir -p "$DATA"
 echo "==> importing the test images as official images"
 node bin/unihost.js image import-guest guest/out | grep -E '^imported' || true
 
+# Real Unikraft kernels (helloworld, the lwIP HTTP server), when they are at hand: each is
+# test-booted on the candidate QEMU machines at import and keeps the fastest reliable one.
+UK_DIR=${UNIHOST_UNIKRAFT_DIR:-../shared/unikraft}
+UK_IMAGES=""
+if [ -f "$UK_DIR/helloworld_qemu-x86_64" ] && [ -f "$UK_DIR/c-http_qemu-x86_64" ]; then
+  echo "==> importing the Unikraft kernels of $UK_DIR (test-booted to choose their machine)"
+  if node bin/unihost.js image import helloworld:latest --kernel "$UK_DIR/helloworld_qemu-x86_64" >/dev/null &&
+    node bin/unihost.js image import c-http:latest --kernel "$UK_DIR/c-http_qemu-x86_64" --port 8080 >/dev/null; then
+    UK_IMAGES=", helloworld:latest, c-http:latest (Unikraft)"
+  else
+    echo "    (skipped: the import failed; the test images above still work)" >&2
+  fi
+fi
+
 alive() { curl -s -o /dev/null -w '%{http_code}' "$URL/" 2>/dev/null | grep -q 401; }
 if [ -f "$DATA/unihost.pid" ] && kill -0 "$(cat "$DATA/unihost.pid")" 2>/dev/null && alive; then
   echo "==> the daemon is already running (pid $(cat "$DATA/unihost.pid"))"
@@ -55,7 +69,7 @@ User '$USER_NAME' token (also in $DATA/$USER_NAME.token):
   export UKC_METRO=$URL
   export UKC_TOKEN=$TOKEN
 
-Images to boot: echo:latest, exit:latest, http:latest, fetch:latest, burn:latest, panic:latest
+Images to boot: echo:latest, exit:latest, http:latest, fetch:latest, burn:latest, panic:latest$UK_IMAGES
 Gateway: published services listen on 127.0.0.1 (80/443); TLS uses the metro wildcard
 certificate signed by the local CA $DATA/ca/ca.pem (trust it, or pass --cacert).
 Next, boot an instance and read its console with the unihost CLI (after the exports above):
@@ -79,3 +93,12 @@ Then publish a web server under a domain, with TLS:
   curl --cacert $DATA/ca/ca.pem https://<fqdn>/
 
 MSG
+if [ -n "$UK_IMAGES" ]; then
+  cat <<'MSG'
+And a real Unikraft kernel (it prints "Hello from Unikraft!" and halts):
+
+  node bin/unihost.js instance create helloworld:latest --name uk --start
+  node bin/unihost.js instance logs uk
+
+MSG
+fi
