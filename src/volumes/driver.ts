@@ -16,6 +16,6 @@ export interface VolumeDriver {
   exists(id: string): boolean;
   /** deletes the image; one already gone is fine */
   remove(id: string): Promise<void>;
-  /** removes every image (and partial one) whose volume is not in `keep`; returns what it removed */
+  /** removes every image (and partial one) whose volume is not in `keep`; returns the file names removed (for the log) */
   prune(keep: ReadonlySet<string>): string[];
 }

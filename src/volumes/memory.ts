@@ -46,6 +46,6 @@ export class MemoryVolumes implements VolumeDriver {
   prune(keep: ReadonlySet<string>): string[] {
     const removed = [...this.images.keys()].filter((id) => !keep.has(id));
     for (const id of removed) this.images.delete(id);
-    return removed;
+    return removed.map((id) => `${id}.ext4`);
   }
 }
