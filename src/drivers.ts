@@ -80,6 +80,17 @@ export function dataPlane(s: Services, log: Logger): (o: GatewayOptions) => Data
 export async function buildDrivers(s: Services, log: Logger): Promise<Drivers> {
   const c = s.config;
   checkDriverNames(c);
+  const memory = Object.entries({
+    machines: c.machines.driver,
+    network: c.network.driver,
+    volumes: c.volumes.driver,
+    gateway: c.gateway.driver,
+  }).filter(([, name]) => name === 'memory');
+  if (memory.length > 0)
+    log.warn(
+      { memory: memory.map(([k]) => k) },
+      'in-memory drivers: nothing of these runs on the host (for tests and API development, docs/operations.md)',
+    );
   return {
     machines: await choose('machines.driver', MACHINES, c.machines.driver)(s, log),
     network: c.network.enabled ? choose('network.driver', NETWORKS, c.network.driver)(s, log) : undefined,

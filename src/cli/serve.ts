@@ -41,6 +41,8 @@ export function registerServe(program: Command): void {
       // loaded here, not at the top: client commands start faster without the daemon's modules
       const { startDaemon } = await import('../daemon.js');
       const { defaultControllers } = await import('../controllers.js');
+      // a misspelt driver name stops the start before anything is created in the data dir
+      (await import('../drivers.js')).checkDriverNames(config);
       const d = await startDaemon(config, { controllers: defaultControllers });
       let closing = false;
       const shutdown = (sig: string) => {
