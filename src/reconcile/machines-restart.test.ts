@@ -73,6 +73,28 @@ describe('restart policy', () => {
     }
   });
 
+  test('a restart by policy passes host admission: on a full host it is given up, with the reason in the log', async () => {
+    // room for two VMs of 128 MB (+48 MB overhead each) in a 400 MB budget, no CPU limit
+    const w = await world({ capacity: { memoryMb: 400, vcpusPerCore: 0 } });
+    const id = await running(w, { restart_policy: 'always' });
+    w.d.exit(id, exitLines(0)); // attempt 1: immediate
+    await settle(w);
+    w.d.ready(id);
+    await settle(w);
+    w.d.exit(id, exitLines(0)); // attempt 2: in 5 s
+    await settle(w);
+    assert.deepEqual([(await rec(w, id)).state, (await rec(w, id)).desired], ['stopped', 'running']);
+    // meanwhile two other instances take the host's room
+    await running(w);
+    await running(w);
+    const boots = w.d.specs.length;
+    await advance(w, 5_000);
+    const r = await rec(w, id);
+    assert.deepEqual([r.state, r.desired, r.restart_next_at], ['stopped', 'stopped', null]);
+    assert.equal(w.d.specs.length, boots, 'not booted');
+    assert.match(logText(w, id), /restart by policy failed: host is full: starting needs 176 MB/);
+  });
+
   test('10 s of healthy running ends the sequence; the next exit restarts at once', async () => {
     const w = await world();
     const id = await running(w, { restart_policy: 'always' });

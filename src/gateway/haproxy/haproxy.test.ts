@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
 import http2 from 'node:http2';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -20,6 +21,7 @@ import {
 } from '../testing.js';
 import type { Route } from '../types.js';
 import type { HaproxyDataPlane } from './plane.js';
+import { freePort } from './process.js';
 import { RuntimeApi } from './runtime.js';
 
 const A = `app-aaaa1111.${METRO}`;
@@ -309,6 +311,40 @@ describe('gateway on HAProxy: daemon restart', () => {
       assert.equal((await request(port, A)).status, 200);
     } finally {
       await (second ?? first).close();
+      for (const x of a) await x.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('gateway on HAProxy: free ports', () => {
+  test('a free port taken by another process before HAProxy binds it is picked again', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-race-'));
+    const a = await backendPair('http', 'F');
+    const table = new BackendTable();
+    await table.set('gF', a);
+    // the race, made certain: the first "free" port is one another process holds
+    const squatter = net.createServer();
+    await new Promise<void>((r) => squatter.listen(0, '127.0.0.1', r));
+    const taken = (squatter.address() as net.AddressInfo).port;
+    const picks: number[] = [];
+    const plane = await testPlane(dir, table, {
+      pickPort: async (host) => {
+        const p = picks.length === 0 ? taken : await freePort(host);
+        picks.push(p);
+        return p;
+      },
+    });
+    try {
+      const [r] = await plane.setRoutes([route('gF', 80, a[0].port, ['http'], [A])]);
+      assert.equal(r?.error, undefined);
+      assert.equal(picks[0], taken);
+      assert.notEqual(r?.boundPort, taken);
+      assert.equal(r?.boundPort, picks.at(-1));
+      assert.equal((await request(r!.boundPort!, A)).status, 200);
+    } finally {
+      await plane.close();
+      squatter.close();
       for (const x of a) await x.close();
       await rm(dir, { recursive: true, force: true });
     }

@@ -1,14 +1,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import {
-  DEFAULT_LIMITS,
-  type Counters,
-  type DataPlane,
-  type GatewayOptions,
-  type KeyPair,
-  type ListenResult,
-  type Route,
-} from '../types.js';
+import { DEFAULT_LIMITS } from '../types.js';
+import type { Counters, DataPlane, GatewayOptions, KeyPair, ListenResult, Route } from '../types.js';
 import { Activator } from './activator.js';
 import { AcmeTlsServer } from './acme-tls.js';
 import { PlaneCerts } from './certs.js';
@@ -28,6 +21,8 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
   statsIntervalMs?: number;
   /** HAProxy worker threads (`nbthread`); default: HAProxy's, one per CPU */
   threads?: number;
+  /** picks the port for a public port mapped to 0 (default: one the OS reports free) */
+  pickPort?: (host: string) => Promise<number>;
 }
 
 /**
@@ -67,6 +62,7 @@ export class HaproxyDataPlane implements DataPlane {
   private poll: NodeJS.Timeout | null = null;
   private polling = false;
   private readonly drainPending = new Set<string>();
+  private readonly pickPort = () => (this.o.pickPort ?? freePort)(this.o.listenHost);
 
   constructor(private readonly o: HaproxyPlaneOptions) {
     this.f = planeFiles(path.join(o.dataDir, 'haproxy'));
@@ -98,13 +94,24 @@ export class HaproxyDataPlane implements DataPlane {
     const results: ListenResult[] = [];
     const ports = new Set(this.routes.map((r) => r.port));
     for (const p of this.bound.keys()) if (!ports.has(p)) this.bound.delete(p);
+    const picked: number[] = []; // ports mapped to 0: another process can take one before HAProxy binds it
     for (const p of ports) {
       if (this.bound.has(p)) continue;
       const want = this.o.portMap ? this.o.portMap(p) : p;
-      this.bound.set(p, want === 0 ? await freePort(this.o.listenHost) : want);
+      if (want === 0) picked.push(p);
+      this.bound.set(p, want === 0 ? await this.pickPort() : want);
     }
     try {
-      await this.apply();
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.apply();
+          break;
+        } catch (e) {
+          if (picked.length === 0 || attempt >= 3 || !/Address already in use/.test((e as Error).message)) throw e;
+          this.o.log.warn({ ports: picked }, 'gateway: a free port was taken before haproxy bound it; picking again');
+          for (const p of picked) this.bound.set(p, await this.pickPort());
+        }
+      }
       for (const p of ports) results.push({ port: p, boundPort: this.bound.get(p) });
     } catch (e) {
       const error = (e as Error).message;

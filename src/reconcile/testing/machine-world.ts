@@ -160,11 +160,13 @@ export async function world(
     alive?: number[];
     host?: { id: string; pid: number }[];
     beforeStop?: (id: string) => Promise<void>;
+    /** host capacity (default: the embedded one, 80 % of this machine's RAM) */
+    capacity?: Partial<Config['capacity']>;
   } = {},
   dir?: string,
 ): Promise<World> {
   dir ??= mkdtempSync(join(tmpdir(), 'unihost-mc-'));
-  const config: Config = { ...DEFAULTS, dataDir: dir };
+  const config: Config = { ...DEFAULTS, dataDir: dir, capacity: { ...DEFAULTS.capacity, ...opts.capacity } };
   const time = new FakeTime();
   const s = createServices(config, new SqliteStore(join(dir, 'unihost.db')), { now: () => time.now });
   let d!: FakeDriver;
