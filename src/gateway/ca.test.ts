@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
-import { mkdtemp, stat } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -10,8 +10,9 @@ import { ensureLocalCa } from './ca.js';
 
 const DAY = 86_400_000;
 
-test('creates a CA and a wildcard certificate once, reuses them, renews the leaf before expiry', async () => {
+test('creates a CA and a wildcard certificate once, reuses them, renews the leaf before expiry', async (t) => {
   const dir = await mkdtemp(path.join(tmpdir(), 'uh-ca-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
   const first = await ensureLocalCa(dir, 'Metro.Test');
   assert.equal((await stat(path.join(dir, 'ca-key.pem'))).mode & 0o777, 0o600);
   assert.equal((await stat(first.keyPath)).mode & 0o777, 0o600);

@@ -5,6 +5,7 @@
  * ports, and small HTTP/TLS clients.
  */
 import { createHash } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
@@ -22,7 +23,11 @@ export const silent = pino({ level: process.env.GATEWAY_TEST_LOG ?? 'silent' });
 
 let caPromise: Promise<LocalCa> | undefined;
 export function testCa(): Promise<LocalCa> {
-  caPromise ??= mkdtemp(path.join(tmpdir(), 'uh-gw-ca-')).then((d) => ensureLocalCa(d, METRO));
+  caPromise ??= mkdtemp(path.join(tmpdir(), 'uh-gw-ca-')).then((d) => {
+    // one CA per test process, removed when the process ends
+    process.once('exit', () => rmSync(d, { recursive: true, force: true }));
+    return ensureLocalCa(d, METRO);
+  });
   return caPromise;
 }
 
