@@ -78,8 +78,9 @@ export class MemoryMachines implements MachineDriver {
     this.end(id, control({}), null);
   }
 
+  /** Ends the VM if it runs (reported like a kill) and removes its files. */
   async delete(id: string, dir: string): Promise<void> {
-    this.vms.delete(id);
+    this.end(id, control({}), null);
     rmSync(dir, { recursive: true, force: true });
   }
 

@@ -16,8 +16,6 @@ export class MemoryNetwork implements NetworkDriver {
   private readonly prefixLength: number;
   /** the taps that exist, by name */
   readonly taps = new Map<string, TapSpec>();
-  /** whether `setup` ran */
-  ready = false;
 
   constructor(subnet: string) {
     const s = parseSubnet(subnet);
@@ -25,12 +23,13 @@ export class MemoryNetwork implements NetworkDriver {
     this.prefixLength = s.prefix;
   }
 
-  async setup(): Promise<void> {
-    this.ready = true;
-  }
+  async setup(): Promise<void> {}
 
   async sync(expected: TapSpec[]): Promise<{ created: string[]; removed: string[] }> {
-    expected.forEach(checkTapSpec);
+    for (const t of expected) {
+      checkTapSpec(t);
+      checkPrefix(t.tap);
+    }
     const want = new Set(expected.map((t) => t.tap));
     const created = expected.filter((t) => !this.taps.has(t.tap)).map((t) => t.tap);
     const removed = [...this.taps.keys()].filter((t) => !want.has(t));
@@ -40,21 +39,35 @@ export class MemoryNetwork implements NetworkDriver {
   }
 
   async ensureTap(spec: TapSpec): Promise<void> {
-    if (!this.ready) throw new Error('the network is not set up (setup() first)');
     checkTapSpec(spec);
+    checkPrefix(spec.tap);
     this.taps.set(spec.tap, spec);
   }
 
   async removeTap(tap: string): Promise<void> {
+    checkPrefix(tap);
     this.taps.delete(tap);
   }
 
-  async waitForPort(ip: string, port: number, signal: AbortSignal): Promise<void> {
+  /**
+   * A memory guest answers on every port of its tap's address at once;
+   * nothing answers on any other address, so the probe waits, like the real
+   * one, until its signal aborts.
+   */
+  async waitForPort(ip: string, _port: number, signal: AbortSignal): Promise<void> {
     signal.throwIfAborted();
-    if (![...this.taps.values()].some((t) => t.ip === ip)) throw new Error(`no tap has address ${ip} (port ${port})`);
+    if ([...this.taps.values()].some((t) => t.ip === ip)) return;
+    await new Promise<never>((_, reject) =>
+      signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }),
+    );
   }
 
   netdevIp(ip: string): string {
     return netdevIpArg(ip, this.prefixLength, this.gateway);
   }
+}
+
+/** Tap names are `tapName(id)`: `uh` and 12 hex digits (HostNetwork refuses others too). */
+function checkPrefix(tap: string): void {
+  if (!tap.startsWith('uh')) throw new Error(`tap '${tap}' does not start with 'uh'`);
 }

@@ -1,7 +1,8 @@
 /**
  * The MachineDriver contract (src/machines/driver.ts), run against both
- * implementations: QemuDriver booting the test image `echo` (a Linux guest
- * that follows the guest contract) under TCG, and MemoryMachines. The
+ * implementations: QemuDriver booting the test images `echo`, `exit` and
+ * `panic` (Linux guests that follow the guest contract) under TCG, and
+ * MemoryMachines, told to end the way those images end by themselves. The
  * in-memory driver that unit tests and API development use must report what
  * a real guest reports, in the same order, and end the same ways.
  */
@@ -27,10 +28,13 @@ after(() => {
   assert.deepEqual(leaked, [], 'QEMU processes left behind');
 });
 
+/** How a guest's application ends by itself: the real test images do it at boot, a memory VM when told. */
+type End = { exit: number } | 'crash';
+
 function contract(
   name: string,
   make: (onEvent: (id: string, ev: MachineEvent) => void, dir: string) => MachineDriver,
-  o: { skip?: string | false; bootMs: number },
+  o: { skip?: string | false; bootMs: number; play?: (d: MachineDriver, id: string, end: End) => void },
 ): void {
   describe(`MachineDriver contract: ${name}`, { skip: o.skip }, () => {
     const events = new Map<string, MachineEvent[]>();
@@ -38,12 +42,12 @@ function contract(
     let dir: string;
     const of = (id: string) => events.get(id) ?? [];
     const exitOf = (id: string) => of(id).find((e): e is Exit => e.type === 'exit');
-    const spec = (id: string): MachineSpec => ({
+    const spec = (id: string, image = 'echo', args = 'contract'): MachineSpec => ({
       id,
       dir: join(dir, 'instances', id),
       kernel: join(guestOut(), 'vmlinux'),
-      initrd: join(guestOut(), 'echo.initrd'),
-      cmdline: 'console=ttyS0 quiet panic=-1 oops=panic mitigations=off -- contract',
+      initrd: join(guestOut(), `${image}.initrd`),
+      cmdline: `console=ttyS0 quiet panic=-1 oops=panic mitigations=off -- ${args}`,
       memoryMb: 128,
       machine: 'microvm',
       contract: 'unihost',
@@ -98,6 +102,50 @@ function contract(
       assert.equal(d.stats(id), undefined);
     });
 
+    const stopOf = (ex: Exit) =>
+      deriveStop({
+        control: ex.control,
+        status: ex.status,
+        panicked: ex.panicked,
+        initiator: 'none',
+        forced: false,
+        console: ex.console,
+        contract: 'unihost',
+      });
+
+    test('an application that exits by itself with 3: stop_reason 3 (A K), exit_code 3, stop_code 0', async () => {
+      const id = randomUUID();
+      await d.start(spec(id, 'exit', '3'));
+      await poll(`${id} ready`, () => of(id).some((e) => e.type === 'ready'), o.bootMs, 20);
+      o.play?.(d, id, { exit: 3 });
+      await poll(`${id} exit`, () => exitOf(id), o.bootMs, 20);
+      assert.deepEqual(stopOf(exitOf(id)!), { stop_reason: 3, exit_code: 3, stop_code: 0 });
+      await d.delete(id, join(dir, 'instances', id));
+    });
+
+    test('a kernel crash while the application runs: stop_reason 1 (K), no exit code, a crash stop_code at initlvl 127', async () => {
+      const id = randomUUID();
+      await d.start(spec(id, 'panic', ''));
+      await poll(`${id} ready`, () => of(id).some((e) => e.type === 'ready'), o.bootMs, 20);
+      o.play?.(d, id, 'crash');
+      await poll(`${id} exit`, () => exitOf(id), o.bootMs, 20);
+      const st = stopOf(exitOf(id)!);
+      assert.equal(st.stop_reason, 1);
+      assert.equal(st.exit_code, null);
+      assert.notEqual((st.stop_code ?? 0) & 0xff, 0, 'a crash reason');
+      assert.equal(((st.stop_code ?? 0) >> 8) & 0x7f, 127, 'after the application started');
+      await d.delete(id, join(dir, 'instances', id));
+    });
+
+    test('delete of a running VM ends it and reports its end', async () => {
+      const id = randomUUID();
+      await boot(id);
+      await d.delete(id, join(dir, 'instances', id));
+      await poll(`${id} exit`, () => exitOf(id), o.bootMs, 20);
+      assert.equal(d.inspect(id).running, false);
+      assert.equal(existsSync(join(dir, 'instances', id)), false);
+    });
+
     test('a kill ends the VM without a clean shutdown; delete removes its files', async () => {
       const id = randomUUID();
       await boot(id);
@@ -121,7 +169,7 @@ const hasGuest = ((): boolean => {
 })();
 
 contract(
-  'QemuDriver (TCG, the echo test image)',
+  'QemuDriver (TCG, the test images echo, exit and panic)',
   (onEvent, dir) =>
     new QemuDriver(
       {
@@ -135,4 +183,7 @@ contract(
     ),
   { skip: !hasGuest && 'needs root and the test images (guest/build-images.sh)', bootMs: 120_000 },
 );
-contract('MemoryMachines', (onEvent) => new MemoryMachines(onEvent), { bootMs: 1000 });
+contract('MemoryMachines', (onEvent) => new MemoryMachines(onEvent), {
+  bootMs: 1000,
+  play: (d, id, end) => (end === 'crash' ? (d as MemoryMachines).crash(id) : (d as MemoryMachines).exit(id, end.exit)),
+});

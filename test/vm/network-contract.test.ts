@@ -56,6 +56,16 @@ function contract(name: string, make: () => NetworkDriver, o: { skip?: string | 
       await assert.rejects(n.ensureTap({ ...spec('alice', '10.76.0.4'), mac: 'zz:00' }), /bad MAC 'zz:00'/);
     });
 
+    test('a tap name without the unihost prefix is refused', async () => {
+      const n = make();
+      await n.setup();
+      await assert.rejects(
+        n.ensureTap({ ...spec('alice', '10.76.0.6'), tap: 'eth9' }),
+        /tap 'eth9' does not start with 'uh'/,
+      );
+      await assert.rejects(n.removeTap('eth9'), /does not start with 'uh'/);
+    });
+
     test('a readiness probe ends when its signal aborts', async () => {
       const n = make();
       await n.setup();
@@ -75,3 +85,20 @@ contract('HostNetwork (in a test-made namespace)', () => new HostNetwork({ subne
   skip: !canRunNetns() && 'needs root, ip, nft, QEMU and mkfs.ext4',
 });
 contract('MemoryNetwork', () => new MemoryNetwork(SUBNET));
+
+// HostNetwork's probe is waitForPort (src/network/probe.ts): it retries until something accepts or
+// its signal aborts, tested on loopback in src/network/probe.test.ts. It is not run here against a
+// guest address: from the host namespace that would send traffic outside the test's namespace.
+test('MemoryNetwork: a probe of an address no tap has waits, like the real one, until its signal aborts', async () => {
+  const n = new MemoryNetwork(SUBNET);
+  const a = spec('alice', '10.76.0.7');
+  await n.ensureTap(a);
+  await n.waitForPort(a.ip, 8080, new AbortController().signal); // the tap's guest answers at once
+  const ac = new AbortController();
+  let settled = false;
+  const p = n.waitForPort('10.76.0.99', 8080, ac.signal).finally(() => (settled = true));
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(settled, false, 'still waiting: nothing answers there');
+  ac.abort(new Error('boot timed out'));
+  await assert.rejects(p, /boot timed out/);
+});

@@ -349,4 +349,46 @@ describe('gateway on HAProxy: free ports', () => {
       await rm(dir, { recursive: true, force: true });
     }
   });
+
+  test('the same race on a port added to a running HAProxy (a reload) is picked again too', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-race2-'));
+    const a = await backendPair('http', 'G');
+    const table = new BackendTable();
+    await table.set('gG', a);
+    const squatter = net.createServer();
+    await new Promise<void>((r) => squatter.listen(0, '127.0.0.1', r));
+    const taken = (squatter.address() as net.AddressInfo).port;
+    let squat = false;
+    const plane = await testPlane(dir, table, {
+      pickPort: async (host) => {
+        if (!squat) return freePort(host);
+        squat = false;
+        return taken;
+      },
+    });
+    try {
+      const first = [route('gG', 80, a[0].port, ['http'], [A])];
+      const [r80] = await plane.setRoutes(first);
+      assert.equal(r80?.error, undefined);
+      const pid = plane.pid();
+      squat = true; // the next pick is the taken port: the reload that adds port 8080 fails to bind it
+      const t0 = Date.now();
+      const res = await plane.setRoutes([...first, route('gG', 8080, a[0].port, ['http'], [A])]);
+      const r8080 = res.find((r) => r.port === 8080);
+      assert.equal(r8080?.error, undefined, `8080: ${r8080?.error}`);
+      assert.notEqual(r8080?.boundPort, taken);
+      assert.ok(
+        Date.now() - t0 < 9000,
+        `picked again without waiting out the 10 s reload timeout (${Date.now() - t0} ms)`,
+      );
+      assert.equal(plane.pid(), pid, 'the same master');
+      assert.equal((await request(r8080!.boundPort!, A)).status, 200);
+      assert.equal((await request(r80!.boundPort!, A)).status, 200);
+    } finally {
+      await plane.close();
+      squatter.close();
+      for (const x of a) await x.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });

@@ -35,6 +35,9 @@ export class HaproxyProcess {
   private masterPid = 0;
   /** set by stop(): an exit is then expected */
   private stopping = false;
+  /** the last 4000 characters HAProxy wrote to stderr, and how many it wrote in all (a master we started only) */
+  private errTail = '';
+  private errWritten = 0;
   onExit: (() => void) | null = null;
 
   constructor(
@@ -81,9 +84,11 @@ export class HaproxyProcess {
     });
     this.child = child;
     this.masterPid = child.pid ?? 0;
-    let stderr = '';
+    const from = this.errWritten;
     child.stderr?.on('data', (d: Buffer) => {
-      stderr = (stderr + d.toString()).slice(-4000);
+      const out = d.toString();
+      this.errTail = (this.errTail + out).slice(-4000);
+      this.errWritten += out.length;
       const text = d.toString().trim().slice(0, 2000);
       // startup notices and server state changes are routine; alerts are not
       if (text.includes('[ALERT]') && !/no server available|exited with code/.test(text))
@@ -99,7 +104,7 @@ export class HaproxyProcess {
     child.unref();
     (child.stderr as { unref?: () => void } | null)?.unref?.();
     try {
-      await this.waitWorker(0, () => stderr);
+      await this.waitWorker(0, () => this.stderrSince(from));
     } catch (e) {
       this.stopping = true; // its exit is ours, not a crash to supervise
       killGroup(this.masterPid);
@@ -114,12 +119,24 @@ export class HaproxyProcess {
     return Number(/^Pid: (\d+)/m.exec(info)?.[1] ?? 0);
   }
 
+  /** What HAProxy wrote to stderr since `from` (a count of characters written), as far as the kept tail reaches. */
+  private stderrSince(from: number): string {
+    const n = Math.min(this.errTail.length, this.errWritten - from);
+    return n > 0 ? this.errTail.slice(-n) : '';
+  }
+
+  /**
+   * Waits for a worker other than `oldPid` to answer. `why` is HAProxy's
+   * output since the start or reload: a refused configuration or a port it
+   * could not bind ends the wait at once with that output.
+   */
   private async waitWorker(oldPid: number, why: () => string = () => ''): Promise<void> {
     const end = Date.now() + 10_000;
     for (;;) {
       const pid = await this.workerPid();
       if (pid > 0 && pid !== oldPid) return;
-      if (Date.now() > end || !alive(this.masterPid))
+      const failed = /cannot bind socket|failed to start their listeners|Fatal errors|Loading failure/.test(why());
+      if (failed || Date.now() > end || !alive(this.masterPid))
         throw new Error(`haproxy did not come up: ${why().trim() || 'no answer on its admin socket'}`);
       await sleep(20);
     }
@@ -128,8 +145,9 @@ export class HaproxyProcess {
   /** Makes the master load the configuration file again; resolves once the new worker answers. */
   async reload(): Promise<void> {
     const old = await this.workerPid();
+    const from = this.errWritten;
     await this.master.send('reload');
-    await this.waitWorker(old);
+    await this.waitWorker(old, () => this.stderrSince(from));
   }
 
   /** True when the master process still runs (supervision). */
