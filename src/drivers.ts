@@ -63,12 +63,26 @@ function choose<T>(setting: string, table: Record<string, T>, name: string): T {
   return f;
 }
 
-/** Checks every driver name of the configuration; throws on the first unknown one. */
+/**
+ * Checks the driver names of the configuration: each must be known, and
+ * machines, network (when enabled) and volumes are `memory` together or not
+ * at all (a memory VM opens no tap and no disk; QEMU needs real ones). The
+ * data plane combines with either.
+ */
 export function checkDriverNames(c: Services['config']): void {
   choose('machines.driver', MACHINES, c.machines.driver);
   choose('network.driver', NETWORKS, c.network.driver);
   choose('volumes.driver', VOLUMES, c.volumes.driver);
   choose('gateway.driver', DATA_PLANES, c.gateway.driver);
+  const vm = c.machines.driver === 'memory';
+  const others: [string, string][] = [['volumes.driver', c.volumes.driver]];
+  if (c.network.enabled) others.unshift(['network.driver', c.network.driver]);
+  for (const [setting, name] of others)
+    if ((name === 'memory') !== vm)
+      throw new Error(
+        `${setting} '${name}' does not go with machines.driver '${c.machines.driver}': ` +
+          `machines, network and volumes are 'memory' together or not at all`,
+      );
 }
 
 /** The configured data plane alone (tests of the gateway controller that boot no VM). */

@@ -41,7 +41,8 @@ export class MemoryDataPlane implements DataPlane {
   }
 
   async setRoutes(routes: Route[]): Promise<ListenResult[]> {
-    this.routes = routes;
+    // names as HAProxy keeps them: lower case, no trailing dot
+    this.routes = routes.map((r) => ({ ...r, fqdns: r.fqdns.map((x) => x.toLowerCase().replace(/\.$/, '')) }));
     return [...new Set(routes.map((r) => r.port))].sort((a, b) => a - b).map((port) => ({ port }));
   }
 

@@ -90,6 +90,14 @@ function contract(name: string, make: Make): void {
       assert.equal(inst.Aa?.groupId, 'gA');
     });
 
+    test('names match without regard to case or a trailing dot', async () => {
+      assert.equal((await s.send(A.toUpperCase(), 80)).status, 200);
+      const dotted = routes.map((r) => (r.groupId === 'gA' ? { ...r, fqdns: [`${A.toUpperCase()}.`] } : r));
+      await s.plane.setRoutes(dotted);
+      assert.equal((await s.send(A, 80)).status, 200);
+      await s.plane.setRoutes(routes);
+    });
+
     test('an unknown name gets 404, a redirect route 301', async () => {
       assert.equal((await s.send(`nobody.${METRO}`, 80)).status, 404);
       assert.equal((await s.send(R, 80)).status, 301);

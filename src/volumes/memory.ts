@@ -10,8 +10,10 @@ import type { VolumeDriver } from './driver.js';
 export class MemoryVolumes implements VolumeDriver {
   /** size in MB of each image present, by volume id */
   readonly images = new Map<string, number>();
-  /** images a test marked damaged, with the problem `check` reports */
-  readonly damaged = new Map<string, string>();
+  /** images whose file system is damaged (`corrupt`) */
+  private readonly damaged = new Set<string>();
+  /** partial images a format cut short left behind (`<id>.ext4.tmp` on disk) */
+  readonly partial = new Set<string>();
   /** makes the next `format` fail with this message (a full disk, say) */
   failNextFormat: string | null = null;
 
@@ -26,12 +28,18 @@ export class MemoryVolumes implements VolumeDriver {
     this.failNextFormat = null;
     if (fail) throw new Error(fail);
     this.damaged.delete(id);
+    this.partial.delete(id);
     this.images.set(id, sizeMb);
   }
 
   async check(id: string): Promise<string | null> {
     if (!this.images.has(id)) return `the image file ${this.path(id)} is missing`;
-    return this.damaged.get(id) ?? null;
+    return this.damaged.has(id) ? `the ext4 image is damaged: ${this.path(id)} has no valid superblock` : null;
+  }
+
+  /** Damages an image's file system, as an overwritten superblock would (tests). */
+  corrupt(id: string): void {
+    if (this.images.has(id)) this.damaged.add(id);
   }
 
   exists(id: string): boolean {
@@ -45,7 +53,12 @@ export class MemoryVolumes implements VolumeDriver {
 
   prune(keep: ReadonlySet<string>): string[] {
     const removed = [...this.images.keys()].filter((id) => !keep.has(id));
-    for (const id of removed) this.images.delete(id);
-    return removed.map((id) => `${id}.ext4`);
+    for (const id of removed) {
+      this.images.delete(id);
+      this.damaged.delete(id);
+    }
+    const partial = [...this.partial];
+    this.partial.clear();
+    return [...removed.map((id) => `${id}.ext4`), ...partial.map((id) => `${id}.ext4.tmp`)];
   }
 }

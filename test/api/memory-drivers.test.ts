@@ -54,6 +54,20 @@ describe('drivers chosen by name in the configuration', () => {
       assert.throws(() => checkDriverNames({ ...DEFAULTS, ...over } as Config), re);
   });
 
+  test('machines, network and volumes are memory together or not at all; the data plane goes with either', () => {
+    const mixed = /does not go with machines\.driver .*'memory' together or not at all/;
+    assert.throws(
+      () => checkDriverNames({ ...DEFAULTS, ...MEMORY, volumes: { driver: 'ext4' } }),
+      /volumes\.driver 'ext4'/,
+    );
+    assert.throws(() => checkDriverNames({ ...DEFAULTS, ...MEMORY, network: DEFAULTS.network }), mixed);
+    assert.throws(() => checkDriverNames({ ...DEFAULTS, volumes: { driver: 'memory' } }), mixed);
+    checkDriverNames({ ...DEFAULTS, ...MEMORY, network: { ...DEFAULTS.network, enabled: false } });
+    checkDriverNames({ ...DEFAULTS, ...MEMORY, gateway: DEFAULTS.gateway });
+    checkDriverNames({ ...DEFAULTS, gateway: MEMORY.gateway });
+    checkDriverNames(DEFAULTS);
+  });
+
   test('a daemon with an unknown driver name does not start, and says which setting', async () => {
     await assert.rejects(
       startHarness({ ...MEMORY, volumes: { driver: 'zfs' } }, (s) => defaultControllers(s, log)),
