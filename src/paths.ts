@@ -7,7 +7,6 @@ export interface Paths {
   instance(id: string): string;
   /** the ext4 images of volumes (src/volumes/ext4.ts) */
   volumes: string;
-  volume(id: string): string;
   /** certificate chains and keys (src/certs/files.ts) */
   certs: string;
   /** ACME account key and state */
@@ -20,7 +19,6 @@ export function pathsFor(dataDir: string): Paths {
     images: join(dataDir, 'images'),
     instance: (id) => join(dataDir, 'instances', id),
     volumes: join(dataDir, 'volumes'),
-    volume: (id) => join(dataDir, 'volumes', `${id}.ext4`),
     certs: join(dataDir, 'certs'),
     acme: join(dataDir, 'acme'),
   };

@@ -33,5 +33,5 @@ test('a new volume image (made by mkfs.ext4) is for the daemon only', async () =
     assert.notEqual(v?.state, 'error', v?.message ?? '');
     return v?.state === 'available';
   }, 20_000);
-  assert.equal(mode(h.daemon.services.paths.volume(id)), 0o600);
+  assert.equal(mode(new Ext4Volumes(h.daemon.services.paths.volumes).path(id)), 0o600);
 });

@@ -24,6 +24,7 @@ import { importGuestImages } from '../../src/images/guest.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { closeVmHarness, guestOut, poll } from '../helpers/vm.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
+import { Ext4Volumes } from '../../src/volumes/ext4.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -184,7 +185,7 @@ if (!insideTestNetns()) {
         async () => /persisted-bytes-42/.test(await log(alice, 'reader')),
         30_000,
       );
-      const file = h.daemon.services.paths.volume(vol.uuid);
+      const file = new Ext4Volumes(h.daemon.services.paths.volumes).path(vol.uuid);
       assert.ok(existsSync(file));
       // the host checks the file system the guests used
       assert.equal(spawnSync('e2fsck', ['-fn', file]).status, 0, 'ext4 image is clean');

@@ -318,25 +318,45 @@ describe('gateway on HAProxy: daemon restart', () => {
 });
 
 describe('gateway on HAProxy: free ports', () => {
-  test('a free port taken by another process before HAProxy binds it is picked again', async () => {
+  const table = new BackendTable();
+  const dirs: string[] = [];
+  const squatter = net.createServer();
+  let a: [TestBackend, TestBackend];
+  let taken = 0;
+  // the race, made certain: while `squat` is set, the next "free" port is one another process holds
+  let squat = false;
+  const picks: number[] = [];
+  const pickPort = async (host: string): Promise<number> => {
+    const p = squat ? taken : await freePort(host);
+    squat = false;
+    picks.push(p);
+    return p;
+  };
+  const startPlane = async (): Promise<HaproxyDataPlane> => {
     const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-race-'));
-    const a = await backendPair('http', 'F');
-    const table = new BackendTable();
+    dirs.push(dir);
+    return testPlane(dir, table, { pickPort });
+  };
+  const first = () => [route('gF', 80, a[0].port, ['http'], [A])];
+
+  before(async () => {
+    a = await backendPair('http', 'F');
     await table.set('gF', a);
-    // the race, made certain: the first "free" port is one another process holds
-    const squatter = net.createServer();
     await new Promise<void>((r) => squatter.listen(0, '127.0.0.1', r));
-    const taken = (squatter.address() as net.AddressInfo).port;
-    const picks: number[] = [];
-    const plane = await testPlane(dir, table, {
-      pickPort: async (host) => {
-        const p = picks.length === 0 ? taken : await freePort(host);
-        picks.push(p);
-        return p;
-      },
-    });
+    taken = (squatter.address() as net.AddressInfo).port;
+  });
+  after(async () => {
+    squatter.close();
+    for (const x of a) await x.close();
+    for (const d of dirs) await rm(d, { recursive: true, force: true });
+  });
+
+  test('a free port taken by another process before HAProxy binds it is picked again', async () => {
+    squat = true;
+    picks.length = 0;
+    const plane = await startPlane();
     try {
-      const [r] = await plane.setRoutes([route('gF', 80, a[0].port, ['http'], [A])]);
+      const [r] = await plane.setRoutes(first());
       assert.equal(r?.error, undefined);
       assert.equal(picks[0], taken);
       assert.notEqual(r?.boundPort, taken);
@@ -344,36 +364,18 @@ describe('gateway on HAProxy: free ports', () => {
       assert.equal((await request(r!.boundPort!, A)).status, 200);
     } finally {
       await plane.close();
-      squatter.close();
-      for (const x of a) await x.close();
-      await rm(dir, { recursive: true, force: true });
     }
   });
 
   test('the same race on a port added to a running HAProxy (a reload) is picked again too', async () => {
-    const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-race2-'));
-    const a = await backendPair('http', 'G');
-    const table = new BackendTable();
-    await table.set('gG', a);
-    const squatter = net.createServer();
-    await new Promise<void>((r) => squatter.listen(0, '127.0.0.1', r));
-    const taken = (squatter.address() as net.AddressInfo).port;
-    let squat = false;
-    const plane = await testPlane(dir, table, {
-      pickPort: async (host) => {
-        if (!squat) return freePort(host);
-        squat = false;
-        return taken;
-      },
-    });
+    const plane = await startPlane();
     try {
-      const first = [route('gG', 80, a[0].port, ['http'], [A])];
-      const [r80] = await plane.setRoutes(first);
+      const [r80] = await plane.setRoutes(first());
       assert.equal(r80?.error, undefined);
       const pid = plane.pid();
-      squat = true; // the next pick is the taken port: the reload that adds port 8080 fails to bind it
+      squat = true; // the reload that adds port 8080 fails to bind the first pick
       const t0 = Date.now();
-      const res = await plane.setRoutes([...first, route('gG', 8080, a[0].port, ['http'], [A])]);
+      const res = await plane.setRoutes([...first(), route('gF', 8080, a[0].port, ['http'], [A])]);
       const r8080 = res.find((r) => r.port === 8080);
       assert.equal(r8080?.error, undefined, `8080: ${r8080?.error}`);
       assert.notEqual(r8080?.boundPort, taken);
@@ -386,9 +388,6 @@ describe('gateway on HAProxy: free ports', () => {
       assert.equal((await request(r80!.boundPort!, A)).status, 200);
     } finally {
       await plane.close();
-      squatter.close();
-      for (const x of a) await x.close();
-      await rm(dir, { recursive: true, force: true });
     }
   });
 });

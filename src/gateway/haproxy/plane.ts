@@ -102,16 +102,7 @@ export class HaproxyDataPlane implements DataPlane {
       this.bound.set(p, want === 0 ? await this.pickPort() : want);
     }
     try {
-      for (let attempt = 1; ; attempt++) {
-        try {
-          await this.apply();
-          break;
-        } catch (e) {
-          if (picked.length === 0 || attempt >= 3 || !/Address already in use/.test((e as Error).message)) throw e;
-          this.o.log.warn({ ports: picked }, 'gateway: a free port was taken before haproxy bound it; picking again');
-          for (const p of picked) this.bound.set(p, await this.pickPort());
-        }
-      }
+      await this.applyPicking(picked);
       for (const p of ports) results.push({ port: p, boundPort: this.bound.get(p) });
     } catch (e) {
       const error = (e as Error).message;
@@ -120,6 +111,18 @@ export class HaproxyDataPlane implements DataPlane {
     }
     this.stats.keepGroups(new Set(this.routes.map((r) => r.groupId)));
     return results;
+  }
+
+  /** `apply`; when a port just picked for `picked` was taken before HAProxy bound it, picks again (twice at most). */
+  private async applyPicking(picked: number[], attempt = 1): Promise<void> {
+    try {
+      await this.apply();
+    } catch (e) {
+      if (picked.length === 0 || attempt >= 3 || !/Address already in use/.test((e as Error).message)) throw e;
+      this.o.log.warn({ ports: picked }, 'gateway: a free port was taken before haproxy bound it; picking again');
+      for (const p of picked) this.bound.set(p, await this.pickPort());
+      return this.applyPicking(picked, attempt + 1);
+    }
   }
 
   /** Brings HAProxy to the wanted state: a reload when the shape changed, runtime commands otherwise. */
