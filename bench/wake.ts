@@ -78,7 +78,7 @@ async function inner(): Promise<void> {
     });
     const { token } = await d.services.users.create('bench', true);
     const call = apiCaller(d.url, token);
-    const gwc = d.services.controllers!.find((c) => 'waker' in (c as object)) as GatewayController;
+    const gwc = d.controllers.find((c) => 'waker' in (c as object)) as GatewayController;
     const ca = readFileSync(gwc.ca!.caPath, 'utf8');
     const created = await call('POST', '/v1/instances', {
       name: 'sleepy',

@@ -1,5 +1,5 @@
 import { readFileSync, existsSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { homedir, hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Hard, Limits } from './store/types.js';
 
@@ -38,6 +38,34 @@ export interface Config {
   volumes: VolumesConfig;
   gateway: GatewayConfig;
   acme: AcmeConfig;
+  store: StoreConfig;
+  /** what this process does: `api` (the HTTP API), `agent` (runs this host's VMs, taps, volumes, DNS), `gateway` (HAProxy) */
+  roles: Role[];
+  /** this host, as the agent registers it */
+  host: { name: string };
+}
+
+export type Role = 'api' | 'agent' | 'gateway';
+export const ROLES: readonly Role[] = ['api', 'agent', 'gateway'];
+
+/** `api,agent`: the roles of a comma-separated list; `what` names the setting in the refusal. */
+export function parseRoles(list: string, what: string): Role[] {
+  const roles = list
+    .split(',')
+    .map((r) => r.trim())
+    .filter(Boolean);
+  for (const r of roles)
+    if (!(ROLES as string[]).includes(r)) throw new Error(`${what}: unknown role '${r}' (known: ${ROLES.join(', ')})`);
+  if (roles.length === 0) throw new Error(`${what}: no role given (known: ${ROLES.join(', ')})`);
+  return [...new Set(roles)] as Role[];
+}
+
+/** Where the state lives (docs/operations.md, "The store"). */
+export interface StoreConfig {
+  /** empty: SQLite in the data dir (the embedded default); `postgres://` or `postgresql://`: PostgreSQL */
+  url: string;
+  /** every controller re-reads everything it keeps this often, whatever the change feed said (ms) */
+  resyncMs: number;
 }
 
 /** Host admission control: how much RAM the guests of all users may hold together. */
@@ -189,6 +217,9 @@ export const DEFAULTS: Config = {
     retryBaseMs: 60_000,
     retryMaxMs: 3_600_000,
   },
+  store: { url: '', resyncMs: 30_000 },
+  roles: ['api', 'agent', 'gateway'],
+  host: { name: hostname() },
   machines: {
     driver: 'qemu',
     accel: 'auto',
@@ -221,6 +252,9 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   const c: DeepPartial<Config> = {};
   if (env.UNIHOST_LISTEN) c.listen = env.UNIHOST_LISTEN;
   if (env.UNIHOST_DATA_DIR) c.dataDir = env.UNIHOST_DATA_DIR;
+  if (env.UNIHOST_STORE !== undefined) c.store = { url: env.UNIHOST_STORE };
+  if (env.UNIHOST_ROLE !== undefined) c.roles = parseRoles(env.UNIHOST_ROLE, 'UNIHOST_ROLE');
+  if (env.UNIHOST_HOST_NAME) c.host = { name: env.UNIHOST_HOST_NAME };
   if (env.UNIHOST_TLS_CERT || env.UNIHOST_TLS_KEY) c.tls = { cert: env.UNIHOST_TLS_CERT, key: env.UNIHOST_TLS_KEY };
   if (env.UNIHOST_METRO) c.metro = env.UNIHOST_METRO;
   if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;

@@ -2,13 +2,14 @@ import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
-import { autoscaleDecisionsOf, DaemonMetrics, gatewayCountersOf } from './metrics.js';
+import { DaemonMetrics } from './metrics.js';
 import type { Config } from './config.js';
 import { restrictFileModes } from './file-modes.js';
 import type { Clock } from './clock.js';
 import { pathsFor } from './paths.js';
 import { createServices, type Services } from './services/index.js';
-import { SqliteStore } from './store/sqlite/index.js';
+import { registerHost } from './services/hosts.js';
+import { openStore } from './store/open.js';
 import type { Store } from './store/types.js';
 import type { Controller } from './reconcile/deps.js';
 
@@ -18,9 +19,12 @@ export interface Daemon {
   config: Config;
   store: Store;
   services: Services;
-  api: FastifyInstance;
+  /** the controllers this process runs, in start order */
+  controllers: Controller[];
+  /** the API server (undefined without the api role) */
+  api: FastifyInstance | undefined;
   logger: Logger;
-  /** base URL the API listens on, e.g. `http://127.0.0.1:7878` */
+  /** base URL the API listens on, e.g. `http://127.0.0.1:7878` ('' without the api role) */
   url: string;
   close(): Promise<void>;
 }
@@ -56,49 +60,59 @@ function tlsFiles(config: Config): { cert: Buffer; key: Buffer } | undefined {
   return { cert: read(cert, 'certificate'), key: read(key, 'key') };
 }
 
-/** Opens the store, wires the services, starts controllers and the API. */
+/**
+ * Opens the store, wires the services, registers this host (agent role),
+ * starts the controllers and the API (api role). Whatever started is stopped
+ * again, and the store closed, when a later step fails.
+ */
 export async function startDaemon(config: Config, opts: DaemonOptions = {}): Promise<Daemon> {
   const logger = opts.logger ?? pino({ level: config.logLevel });
   const https = tlsFiles(config);
   restrictFileModes(config.dataDir);
-  const store = new SqliteStore(pathsFor(config.dataDir).db);
-  const services = createServices(config, store, opts.clock);
-  const controllers = (await opts.controllers?.(services, logger)) ?? [];
-  for (const c of controllers) await c.start();
-  services.controllers = controllers;
-  const metrics = new DaemonMetrics(
-    store,
-    gatewayCountersOf(() => services.controllers),
-    autoscaleDecisionsOf(() => services.controllers),
+  const store = await openStore(config.store.url, pathsFor(config.dataDir).db, (msg, e) =>
+    logger.warn({ err: e }, msg),
   );
-  await metrics.start();
-  const api = buildApi({
-    services,
-    logger,
-    bodyLimit: config.bodyLimit,
-    metrics,
-    rateLimit: config.rateLimit,
-    authFailures: config.authFailures,
-    https,
-  });
-  const { host, port } = splitListen(config.listen);
-  await api.listen({ host, port });
-  const addr = api.server.address();
-  const actualPort = typeof addr === 'object' && addr ? addr.port : port;
-  const url = `${https ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
-  logger.info({ url, dataDir: config.dataDir }, 'unihost API listening');
-  return {
-    config,
-    store,
-    services,
-    api,
-    logger,
-    url,
-    async close() {
-      await api.close();
-      metrics.stop();
-      for (const c of [...controllers].reverse()) await c.stop();
-      await store.close();
-    },
+  const started: Controller[] = [];
+  let metrics: DaemonMetrics | undefined;
+  let api: FastifyInstance | undefined;
+  const close = async () => {
+    await api?.close();
+    metrics?.stop();
+    for (const c of [...started].reverse()) await c.stop();
+    await store.close();
   };
+  try {
+    const services = createServices(config, store, opts.clock);
+    if (config.roles.includes('agent'))
+      services.hostId = (await registerHost(store, config.host.name, services.clock)).id;
+    const controllers = (await opts.controllers?.(services, logger)) ?? [];
+    for (const c of controllers) {
+      await c.start();
+      started.push(c);
+    }
+    metrics = new DaemonMetrics(store, services.figures);
+    await metrics.start();
+    let url = '';
+    if (config.roles.includes('api')) {
+      api = buildApi({
+        services,
+        logger,
+        bodyLimit: config.bodyLimit,
+        metrics,
+        rateLimit: config.rateLimit,
+        authFailures: config.authFailures,
+        https,
+      });
+      const { host, port } = splitListen(config.listen);
+      await api.listen({ host, port });
+      const addr = api.server.address();
+      const actualPort = typeof addr === 'object' && addr ? addr.port : port;
+      url = `${https ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
+      logger.info({ url, dataDir: config.dataDir, store: store.kind, roles: config.roles }, 'unihost API listening');
+    } else logger.info({ dataDir: config.dataDir, store: store.kind, roles: config.roles }, 'unihost running (no API)');
+    return { config, store, services, controllers, api, logger, url, close };
+  } catch (e) {
+    await close().catch((c: unknown) => logger.warn({ err: c }, 'cleanup after a failed start failed'));
+    throw e;
+  }
 }

@@ -119,6 +119,18 @@ export const ERROR_CODES = {
   },
   /** No free resource (addresses, ports) is left. */
   UH_NO_FREE: { http: 503, api: ApiErrorNumber.NoFree, doc: 'No free resource is left.' },
+  /** The object changed while the operation ran (a concurrent writer won); trying again sees the new state. */
+  UH_CONFLICT: {
+    http: 409,
+    api: ApiErrorNumber.FailedOperation,
+    doc: 'The object changed meanwhile (a concurrent change won); try again.',
+  },
+  /** The store (the database) cannot be reached now; nothing was changed. */
+  UH_UNAVAILABLE: {
+    http: 503,
+    api: ApiErrorNumber.FailedOperation,
+    doc: 'The platform cannot reach its database now; nothing was changed. Try again shortly.',
+  },
   /** The operation failed on the host. */
   UH_FAILED: { http: 500, api: ApiErrorNumber.FailedOperation, doc: 'The operation failed.' },
   /** Feature not supported by this platform. */

@@ -1,34 +1,7 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Counters } from './gateway/types.js';
 import type { InstanceState, Store } from './store/types.js';
-
-/** The gateway's counters now, or undefined when the daemon runs no gateway. */
-export type GatewayCounters = () => Counters | undefined;
-
-/** The gateway controller's counters, found among the daemon's controllers by shape. */
-export function gatewayCountersOf(controllers: () => unknown[] | undefined): GatewayCounters {
-  return () => {
-    for (const c of controllers() ?? []) {
-      const g = (c as { dataPlane?: { counters?: () => Counters } } | null)?.dataPlane;
-      if (g && typeof g.counters === 'function') return g.counters();
-    }
-    return undefined;
-  };
-}
-
-/** Scaling decisions per group id, or undefined when no autoscaler runs. */
-export type AutoscaleDecisions = () => Record<string, { out: number; in: number }> | undefined;
-
-/** The autoscale controller's decision counts, found among the daemon's controllers by shape. */
-export function autoscaleDecisionsOf(controllers: () => unknown[] | undefined): AutoscaleDecisions {
-  return () => {
-    for (const c of controllers() ?? []) {
-      const a = c as { decisionCounts?: () => Record<string, { out: number; in: number }> } | null;
-      if (a && typeof a.decisionCounts === 'function') return a.decisionCounts();
-    }
-    return undefined;
-  };
-}
+import { NO_FIGURES, type LiveFigures } from './figures.js';
 
 const STATES: InstanceState[] = ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby'];
 
@@ -47,18 +20,19 @@ export class DaemonMetrics {
 
   constructor(
     private readonly store: Store,
-    gateway: GatewayCounters = () => undefined,
-    autoscale: AutoscaleDecisions = () => undefined,
+    figures: LiveFigures = NO_FIGURES,
   ) {
+    const gateway = () => figures.gateway();
+    const autoscale = () => figures.decisions();
     this.gatewayMetrics(gateway);
     const decisions = new Counter({
       name: 'unihost_autoscale_decisions_total',
       help: 'Autoscale scaling decisions per service group (label `group`: its UUID) and direction (out, in).',
       labelNames: ['group', 'direction'],
       registers: [this.registry],
-      collect: () => {
+      collect: async () => {
         decisions.reset();
-        for (const [group, n] of Object.entries(autoscale() ?? {})) {
+        for (const [group, n] of Object.entries((await autoscale()) ?? {})) {
           decisions.inc({ group, direction: 'out' }, n.out);
           decisions.inc({ group, direction: 'in' }, n.in);
         }
@@ -97,7 +71,7 @@ export class DaemonMetrics {
    * the gateway's own counters at scrape time. They count since the daemon
    * started; a deleted group's series go once its last connection closed.
    */
-  private gatewayMetrics(counters: GatewayCounters): void {
+  private gatewayMetrics(counters: () => Promise<Counters | undefined>): void {
     const registers = [this.registry];
     const labelNames = ['group'] as const;
     const requests = new Counter({
@@ -105,9 +79,9 @@ export class DaemonMetrics {
       help: 'Requests (HTTP) and connections (TCP/TLS) the gateway routed, per service group.',
       labelNames,
       registers,
-      collect: () => {
+      collect: async () => {
         requests.reset();
-        for (const [group, c] of Object.entries(counters()?.groups ?? {})) requests.inc({ group }, c.requests);
+        for (const [group, c] of Object.entries((await counters())?.groups ?? {})) requests.inc({ group }, c.requests);
       },
     });
     const open = new Gauge({
@@ -115,9 +89,10 @@ export class DaemonMetrics {
       help: 'Client connections the gateway holds open now, per service group.',
       labelNames,
       registers,
-      collect: () => {
+      collect: async () => {
         open.reset();
-        for (const [group, c] of Object.entries(counters()?.groups ?? {})) open.set({ group }, c.openConnections);
+        for (const [group, c] of Object.entries((await counters())?.groups ?? {}))
+          open.set({ group }, c.openConnections);
       },
     });
     const bytes = new Counter({
@@ -125,9 +100,9 @@ export class DaemonMetrics {
       help: 'Bytes through the gateway per service group: in = from clients, out = to clients.',
       labelNames: ['group', 'direction'],
       registers,
-      collect: () => {
+      collect: async () => {
         bytes.reset();
-        for (const [group, c] of Object.entries(counters()?.groups ?? {})) {
+        for (const [group, c] of Object.entries((await counters())?.groups ?? {})) {
           bytes.inc({ group, direction: 'in' }, c.bytesIn);
           bytes.inc({ group, direction: 'out' }, c.bytesOut);
         }
@@ -138,8 +113,8 @@ export class DaemonMetrics {
   /** Starts observing boots; boots that happened before the daemon started are not counted. */
   async start(): Promise<void> {
     for (const i of await this.store.read((tx) => tx.instances.all())) this.seenBoots.set(i.id, i.start_count);
-    this.off = this.store.onChange((c) => {
-      if (c.kind === 'instance') void this.onInstance(c.id);
+    this.off = this.store.watch('now', (e) => {
+      if (e.type === 'change' && e.kind === 'instance') void this.onInstance(e.id);
     });
   }
 

@@ -116,8 +116,9 @@ export function serveEvents(app: FastifyInstance, services: Services): void {
           running = null;
         });
     };
-    const off = services.store.onChange((c) => {
-      if (c.kind === 'instance') pump();
+    // the feed says when another process (or this one) committed instance changes: their events are then in the log
+    const off = services.store.watch('now', (e) => {
+      if (e.type === 'resync' || e.kind === 'instance') pump();
     });
     const heartbeat = setInterval(() => res.write(': keep-alive\n\n'), HEARTBEAT_MS);
     heartbeat.unref();

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { loadConfig } from '../config.js';
+import { loadConfig, parseRoles } from '../config.js';
 
 interface ServeOpts {
   listen?: string;
@@ -10,6 +10,9 @@ interface ServeOpts {
   tlsCert?: string;
   tlsKey?: string;
   acmeDirectory?: string;
+  store?: string;
+  role?: string;
+  hostName?: string;
 }
 
 /** `unihost serve`: runs the daemon in the foreground until SIGINT/SIGTERM. */
@@ -31,10 +34,25 @@ export function registerServe(program: Command): void {
       '--acme-directory <url>',
       "ACME directory for custom domains' certificates (env UNIHOST_ACME_DIRECTORY; default Let's Encrypt production)",
     )
+    .option(
+      '--store <url>',
+      'the store: empty for SQLite in the data dir, or postgresql://USER@HOST/DB (env UNIHOST_STORE; docs/operations.md)',
+    )
+    .option(
+      '--role <roles>',
+      'what this process runs, comma-separated: api, agent (the host: VMs, taps, volumes, DNS), gateway (env UNIHOST_ROLE; default all three)',
+    )
+    .option(
+      '--host-name <name>',
+      "this host's name as its agent registers it (env UNIHOST_HOST_NAME; default the hostname)",
+    )
     .action(async (o: ServeOpts) => {
-      const { tlsCert, tlsKey, acmeDirectory, ...rest } = o;
+      const { tlsCert, tlsKey, acmeDirectory, store, role, hostName, ...rest } = o;
       const config = loadConfig({
         ...rest,
+        ...(store !== undefined ? { store: { url: store } } : {}),
+        ...(role !== undefined ? { roles: parseRoles(role, '--role') } : {}),
+        ...(hostName !== undefined ? { host: { name: hostName } } : {}),
         tls: { cert: tlsCert, key: tlsKey },
         ...(acmeDirectory ? { acme: { directory: acmeDirectory } } : {}),
       });

@@ -1,4 +1,4 @@
-import type { InstanceState } from '../store/types.js';
+import type { InstanceRec, InstanceState, StatusPatch, StopRequest, Tx } from '../store/types.js';
 
 /**
  * Instance state machine of the API spec as a table: (from, trigger) -> to.
@@ -12,7 +12,8 @@ export type InstanceTrigger =
   | 'stop-force' // PUT stop with force
   | 'booted' // guest signalled ready (application main reached)
   | 'drained' // last connection closed or drain timeout expired
-  | 'exited' // VM ended (any cause)
+  | 'exited' // VM ended (any cause), or a stop completed with no VM to end
+  | 'slept' // the VM of an idle scale-to-zero master ended: it waits in standby for traffic
   | 'idle' // scale-to-zero: no traffic for one cooldown
   | 'wake'; // request for a standby instance
 
@@ -35,6 +36,7 @@ export const INSTANCE_TRANSITIONS: ReadonlyArray<readonly [InstanceState, Instan
   ['draining', 'exited', 'stopped'],
   ['stopping', 'stop-force', 'stopping'],
   ['stopping', 'exited', 'stopped'],
+  ['stopping', 'slept', 'standby'],
   ['standby', 'stop', 'stopped'],
   ['standby', 'stop-force', 'stopped'],
 ];
@@ -45,6 +47,44 @@ const TABLE = new Map<string, InstanceState>(INSTANCE_TRANSITIONS.map(([f, t, to
 export function nextState(from: InstanceState, trigger: InstanceTrigger): InstanceState | undefined {
   return TABLE.get(`${from}:${trigger}`);
 }
+
+/** What a trigger writes besides `state`: the status fields it implies (stop fields, the stop request, timings). */
+export type Effects = StatusPatch & { stop_request?: StopRequest | null };
+
+/**
+ * Fires `trigger` on `inst` inside `tx`: the only writer of `state` and
+ * `stop_request`, for services (user and platform commands) and the host's
+ * reconcilers (booted, drained, exited, slept) alike. When the table has a
+ * row, the instance moves to its state with `effects` and the new record
+ * is returned; otherwise nothing changes and `undefined` is returned.
+ * `inst` must have been read in `tx` (a stale state is refused). `resetRestarts` (a manual start or
+ * stop) ends a restart sequence whether or not the state changes, as the
+ * API spec's restart policy says.
+ */
+export async function fire(
+  tx: Tx,
+  inst: InstanceRec,
+  trigger: InstanceTrigger,
+  effects: Effects = {},
+  o: { resetRestarts?: boolean } = {},
+): Promise<InstanceRec | undefined> {
+  const to = nextState(inst.state, trigger);
+  const reset: StatusPatch = o.resetRestarts ? { restart_attempt: 0, restart_next_at: null } : {};
+  if (!to) {
+    if (o.resetRestarts) await tx.instances.updateStatus(inst.id, reset);
+    return undefined;
+  }
+  const patch = { ...effects, ...reset };
+  await tx.instances.setState(inst.id, inst.state, to, patch);
+  return { ...inst, ...patch, state: to };
+}
+
+/**
+ * Stopped, and no restart by policy nor a start that came during its stop
+ * is due: the run is over until someone starts it again.
+ */
+export const endedForGood = (i: Pick<InstanceRec, 'state' | 'restart_next_at'>): boolean =>
+  i.state === 'stopped' && i.restart_next_at === null;
 
 /** States that count as live for quotas (the API spec: "not in the stopped state"). */
 export const isLive = (s: InstanceState): boolean => s !== 'stopped';

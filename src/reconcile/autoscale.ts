@@ -1,3 +1,4 @@
+import { endedForGood } from '../domain/instance-states.js';
 import type { Logger } from 'pino';
 import type { Controller, ControllerDeps } from './deps.js';
 import { average, decide } from '../domain/autoscale.js';
@@ -28,7 +29,7 @@ export interface AutoscaleOptions {
 
 /** Instances the autoscaler counts as the group's capacity: wanted up and not on their way out. */
 function active(i: InstanceRec): boolean {
-  return i.desired === 'running' && i.state !== 'draining' && i.state !== 'stopping';
+  return i.desired === 'running' && !endedForGood(i) && i.state !== 'draining' && i.state !== 'stopping';
 }
 
 /**
@@ -144,8 +145,7 @@ export class AutoscaleController implements Controller {
       const members = await tx.instances.inGroup(g.id);
       const clones = members.filter((i) => i.autoscale_group_id === g.id);
       // A clone that stopped by itself (exit, crash without restart) is no capacity: it goes.
-      for (const i of clones)
-        if (i.state === 'stopped' && i.desired === 'stopped') await s.instances.deleteInTx(tx, user, i);
+      for (const i of clones) if (endedForGood(i)) await s.instances.deleteInTx(tx, user, i);
       const master = members.find((i) => i.id === cur.master_id);
       // Scaling follows a running master; a stopped master (or scale-to-zero standby) is left alone.
       if (!master || master.state !== 'running') return;

@@ -6,7 +6,7 @@ import { challengeFor, type ChallengeType } from '../certs/challenges.js';
 import { certInfo } from '../certs/pem.js';
 import type { Controller, ControllerDeps } from './deps.js';
 import type { CertificateRec } from '../store/types.js';
-import { KeyedQueue } from './engine.js';
+import { follow, KeyedQueue } from './engine.js';
 
 /** A certificate is renewed when a third of its lifetime is left. */
 export function renewAt(c: Pick<CertificateRec, 'not_before' | 'not_after'>): number {
@@ -47,8 +47,11 @@ export class CertificateController implements Controller {
   }
 
   async start(): Promise<void> {
-    this.off = this.s.store.onChange((c) => {
-      if (c.kind === 'certificate' || c.kind === 'group') this.kick();
+    this.off = follow(this.s.store, {
+      kinds: ['certificate', 'group'],
+      change: () => this.kick(),
+      resync: () => this.kick(),
+      resyncMs: this.s.config.store.resyncMs,
     });
     this.kick();
   }

@@ -24,9 +24,17 @@ export interface ControllerDeps {
   store: Store;
   clock: Clock;
   paths: Paths;
+  /** the host this process's agent registered (src/services/hosts.ts): the controllers act on what is placed there */
+  hostId: string;
   /** the instance rules a controller applies itself: restart by policy, wake, delete a stopped clone */
   instances: {
-    startInTx(tx: Tx, user: UserRec, inst: InstanceRec, manual: boolean): Promise<InstanceRec>;
+    startInTx(
+      tx: Tx,
+      user: UserRec,
+      inst: InstanceRec,
+      manual: boolean,
+      trigger?: 'start' | 'wake',
+    ): Promise<InstanceRec>;
     deleteInTx(tx: Tx, user: UserRec, inst: InstanceRec): Promise<void>;
   };
   /** the autoscale rules the autoscale controller applies when it scales */

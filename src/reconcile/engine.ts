@@ -1,3 +1,5 @@
+import type { Change, ChangeKind, Store } from '../store/types.js';
+
 /**
  * The small reconcile engine every controller uses: work is serialized per
  * key (one reconcile of an object at a time, in order), errors are logged
@@ -158,4 +160,33 @@ export class RetryingQueue {
     this.timers.clearAll();
     await this.queue.drain();
   }
+}
+
+/**
+ * How a controller learns of changes: every change of the `kinds` it cares
+ * about on the store's change feed (committed by any process), plus a full
+ * resync when the feed says changes were missed and every `resyncMs`, so a
+ * lost notification or a failed kick heals by itself (level-based: a resync
+ * is only more reconciles). Returns the function that stops following.
+ */
+export function follow(
+  store: Pick<Store, 'watch'>,
+  o: {
+    kinds: readonly ChangeKind[];
+    change: (c: Change) => void;
+    resync: () => void;
+    resyncMs: number;
+  },
+): () => void {
+  const kinds = new Set(o.kinds);
+  const off = store.watch('now', (e) => {
+    if (e.type === 'resync') o.resync();
+    else if (kinds.has(e.kind)) o.change(e);
+  });
+  const t = setInterval(o.resync, o.resyncMs);
+  t.unref();
+  return () => {
+    off();
+    clearInterval(t);
+  };
 }

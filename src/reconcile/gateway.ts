@@ -10,7 +10,7 @@ import {
   type Route,
 } from '../gateway/index.js';
 import type { InstanceRec } from '../store/types.js';
-import { RetryingQueue } from './engine.js';
+import { follow, RetryingQueue } from './engine.js';
 import { CertInstaller } from './gateway-certs.js';
 import { Waker } from './wake.js';
 
@@ -73,8 +73,11 @@ export class GatewayController implements Controller {
     const challenges = this.s.certificates.challenges;
     const gw = this.dataPlane;
     this.offAlpn = challenges.onAlpnChange(() => gw.setAlpnChallenges(challenges.alpnCertificates()));
-    this.off = this.s.store.onChange((c) => {
-      if (c.kind === 'group' || c.kind === 'instance' || c.kind === 'certificate') void this.queue.kick('sync');
+    this.off = follow(this.s.store, {
+      kinds: ['group', 'instance', 'certificate'],
+      change: () => void this.queue.kick('sync'),
+      resync: () => void this.queue.kick('sync'),
+      resyncMs: this.s.config.store.resyncMs,
     });
     await this.sync();
     this.renew = setInterval(() => void this.renewCertificate(), DAY_MS);

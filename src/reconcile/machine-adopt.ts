@@ -1,6 +1,7 @@
 import type { MachineDriver } from '../machines/driver.js';
 import { stopReasonWithoutVm } from '../machines/stop-info.js';
 import type { InstanceRec, Tx } from '../store/types.js';
+import { fire } from '../domain/instance-states.js';
 import type { RuntimeRec } from './machine-plan.js';
 
 /**
@@ -30,14 +31,15 @@ export async function killStrays(
 
 /** An instance that claims a VM nobody has (e.g. `running` with no pid): stopped, cause unknown (0). */
 export async function settleVanishedInTx(tx: Tx, id: string, now: number): Promise<void> {
-  await tx.instances.update(id, {
-    state: 'stopped',
-    desired: 'stopped',
+  const cur = await tx.instances.getAny(id);
+  if (!cur) return;
+  await fire(tx, cur, 'exited', {
+    stop_request: null,
     stop_reason: 0,
     exit_code: null,
     stop_code: null,
     stopped_at: new Date(now).toISOString(),
-    stop_request: null,
+    restart_next_at: null,
     runtime: {},
   });
 }
@@ -53,15 +55,21 @@ export async function stopWithoutVmInTx(tx: Tx, id: string, now: number): Promis
   const cur = await tx.instances.getAny(id);
   if (!cur || (cur.state !== 'stopping' && cur.state !== 'draining') || (cur.runtime as Partial<RuntimeRec>).pid)
     return;
-  if (cur.desired === 'running') return tx.instances.update(cur.id, { state: 'starting', stop_request: null });
+  if (cur.desired === 'running') {
+    // the stop is complete (no VM) and the start that came meanwhile boots it
+    const stopped = await fire(tx, cur, 'exited', { stop_request: null });
+    if (stopped) await fire(tx, stopped, 'start');
+    return;
+  }
   const req = cur.stop_request;
   const user = req?.by !== 'platform';
-  await tx.instances.update(cur.id, {
-    state: req?.standby ? 'standby' : 'stopped',
+  const effects = {
     stop_reason: stopReasonWithoutVm(user ? 'user' : 'platform', req?.force ?? false),
     exit_code: null,
     stop_code: null,
     stopped_at: new Date(now).toISOString(),
     stop_request: null,
-  });
+    restart_next_at: null,
+  };
+  if (!(req?.standby && (await fire(tx, cur, 'slept', effects)))) await fire(tx, cur, 'exited', effects);
 }

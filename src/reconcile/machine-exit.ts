@@ -2,7 +2,8 @@ import { backoffMs, shouldRestart } from '../domain/restart.js';
 import type { MachineEvent } from '../machines/driver.js';
 import { deriveStop, isFailure, STOP, vmmFailure, type StopInfo } from '../machines/stop-info.js';
 import type { ControllerDeps } from './deps.js';
-import type { InstanceRec, Tx } from '../store/types.js';
+import type { InstanceRec, StopRequest, Tx } from '../store/types.js';
+import { fire, type Effects } from '../domain/instance-states.js';
 import type { RuntimeRec } from './machine-plan.js';
 
 export type ExitEvent = Extract<MachineEvent, { type: 'exit' }>;
@@ -47,7 +48,8 @@ export async function recordExitInTx(
   const initiator = req ? req.by : info.stop_reason & STOP.P ? 'platform' : 'none';
   const restart = wanted && shouldRestart(cur.restart_policy, initiator, isFailure(info));
   // A start that arrived while the VM was being stopped: boot again at once (not a restart by policy).
-  const startAgain = wanted && !restart && req !== null;
+  // A boot the host gave up on (it never signalled ready) is not started again.
+  const startAgain = wanted && !restart && req !== null && !req.gave_up;
   const delay = restart ? backoffMs(cur.restart_attempt) : 0;
   for (const v of await tx.volumes.forInstance(cur.id))
     if (v.state === 'mounted') await tx.volumes.update(v.id, { state: 'idle' });
@@ -58,36 +60,33 @@ export async function recordExitInTx(
   const startedAt = cur.started_at ? Date.parse(cur.started_at) : ev.at;
   // scale-to-zero: the idle master waits in standby for traffic (unless a start came meanwhile)
   const standby = req?.standby === true && !restart && !startAgain;
-  const patch: Partial<InstanceRec> = {
+  const patch: Effects = {
     ...info,
-    state: standby ? 'standby' : 'stopped',
-    desired: restart || startAgain ? 'running' : 'stopped',
     stopped_at: new Date(ev.at).toISOString(),
     uptime_ms: cur.uptime_ms + Math.max(0, ev.at - startedAt),
-    stop_request: null,
     runtime: {},
+    // a due restart (or start) is what keeps it from being stopped for good (endedForGood)
+    restart_next_at: restart ? new Date(now + delay).toISOString() : startAgain ? new Date(now).toISOString() : null,
   };
-  if (restart) {
-    patch.restart_attempt = cur.restart_attempt + 1;
-    patch.restart_next_at = new Date(now + delay).toISOString();
-  } else if (startAgain) patch.restart_next_at = new Date(now).toISOString();
-  await tx.instances.update(cur.id, patch);
+  if (restart) patch.restart_attempt = cur.restart_attempt + 1;
+  const effects = { ...patch, stop_request: null };
+  const ended = (standby && (await fire(tx, cur, 'slept', effects))) || (await fire(tx, cur, 'exited', effects));
+  // An end the state table has no row for (the record already says the VM is down): keep what was observed.
+  if (!ended) await tx.instances.updateStatus(cur.id, { runtime: {} });
   return { info, restart, delay };
 }
 
-/** The record of a stop (or a boot that timed out) made forced, keeping who initiated it. */
-export function escalatedStop(inst: InstanceRec): Partial<InstanceRec> {
+/** The stop request of a stop (or a boot that timed out) made forced, keeping who initiated it. */
+export function escalatedStop(inst: InstanceRec): StopRequest {
+  const req = inst.stop_request;
   return {
-    state: 'stopping',
-    // a boot timeout is the platform's stop; an escalated stop keeps a start that came meanwhile
-    desired: inst.stop_request ? inst.desired : 'stopped',
-    stop_request: {
-      force: true,
-      drain_until: null,
-      by: inst.stop_request?.by ?? 'platform',
-      // scale-to-zero of a kernel that ignores shutdown: still standby once it is down
-      ...(inst.stop_request?.standby ? { standby: true } : {}),
-    },
+    force: true,
+    drain_until: null,
+    by: req?.by ?? 'platform',
+    // scale-to-zero of a kernel that ignores shutdown: still standby once it is down
+    ...(req?.standby ? { standby: true } : {}),
+    // no stop was asked: the host gives up on a boot (no start follows it, unlike a start during a stop)
+    ...(req ? {} : { gave_up: true }),
   };
 }
 
@@ -100,5 +99,5 @@ export async function restartInTx(tx: Tx, s: ControllerDeps, id: string): Promis
   // A restart by policy is counted when it happens; a start that came during a stop (attempt 0,
   // since a manual start resets the sequence) is no restart.
   const restarted = cur.restart_attempt > 0 ? 1 : 0;
-  await tx.instances.update(cur.id, { restart_next_at: null, restart_count: cur.restart_count + restarted });
+  await tx.instances.updateStatus(cur.id, { restart_next_at: null, restart_count: cur.restart_count + restarted });
 }

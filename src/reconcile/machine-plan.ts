@@ -92,7 +92,7 @@ export async function recordBootInTx(
   // Deleted while the VMM was spawning: the reconcile of the deletion kills it; its volumes
   // (detached, left `mounted` by the delete) are released then, never marked here.
   if (!(await tx.instances.getAny(inst.id))) return;
-  await tx.instances.update(inst.id, {
+  await tx.instances.updateStatus(inst.id, {
     runtime: {
       ...rt,
       contract: plan.spec.contract,

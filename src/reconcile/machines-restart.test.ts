@@ -19,6 +19,7 @@ import {
   settle,
   world,
   type World,
+  overwrite,
 } from './testing/machine-world.js';
 
 afterEach(closeWorlds);
@@ -33,8 +34,8 @@ describe('restart policy', () => {
     await advance(w, 600_000);
     const r = await rec(w, id);
     assert.deepEqual(
-      [r.state, r.desired, r.stop_reason, r.exit_code, r.restart_count],
-      ['stopped', 'stopped', 3, 3, 0],
+      [r.state, r.restart_next_at, r.stop_reason, r.exit_code, r.restart_count],
+      ['stopped', null, 3, 3, 0],
     );
     assert.equal(w.d.specs.length, 1);
   });
@@ -90,7 +91,8 @@ describe('restart policy', () => {
     const boots = w.d.specs.length;
     await advance(w, 5_000);
     const r = await rec(w, id);
-    assert.deepEqual([r.state, r.desired, r.restart_next_at], ['stopped', 'stopped', null]);
+    // given up: no restart is due (the user's last command, start, stays what it was)
+    assert.deepEqual([r.state, r.desired, r.restart_next_at], ['stopped', 'running', null]);
     assert.equal(w.d.specs.length, boots, 'not booted');
     assert.match(logText(w, id), /restart by policy failed: host is full: starting needs 176 MB/);
   });
@@ -190,8 +192,8 @@ describe('restart policy', () => {
     r = await rec(w, id);
     assert.equal(w.d.specs.length, 3, 'exit 0 is no failure');
     assert.deepEqual(
-      [r.state, r.desired, r.stop_reason, r.exit_code, r.restart_count],
-      ['stopped', 'stopped', 3, 0, 2],
+      [r.state, r.restart_next_at, r.stop_reason, r.exit_code, r.restart_count],
+      ['stopped', null, 3, 0, 2],
     );
   });
 
@@ -246,7 +248,7 @@ describe('daemon restart', () => {
     const pidA = (await rec(w1, a)).runtime.pid as number;
     const b = await create(w1);
     // crash window: the VM of `b` was spawned but its pid never stored
-    await w1.s.store.tx((tx) => tx.instances.update(b, { runtime: {}, state: 'starting', desired: 'running' }));
+    await w1.s.store.tx((tx) => overwrite(tx, b, { runtime: {}, state: 'starting', desired: 'running' }));
     await close(w1);
     const deleted = '00000000-0000-4000-8000-000000000001';
     const w2 = await world(
@@ -283,7 +285,7 @@ describe('daemon restart during a stop without a VM (found by test/crash)', () =
     // both were stopped before any VM was spawned; `a` got a start afterwards (acknowledged)
     for (const id of [a, b]) {
       await w1.s.store.tx((tx) =>
-        tx.instances.update(id, {
+        overwrite(tx, id, {
           state: 'stopping',
           desired: id === a ? 'running' : 'stopped',
           stop_request: { force: false, drain_until: null, by: 'user' },

@@ -56,7 +56,7 @@ describe('boot', () => {
     const id = await create(w, { image: 'empty:latest' });
     const r = await rec(w, id);
     assert.equal(r.state, 'stopped');
-    assert.equal(r.desired, 'stopped');
+    assert.equal(r.restart_next_at, null, 'stopped for good');
     assert.equal(r.stop_reason, 4);
     assert.equal(r.exit_code, null);
     assert.equal(r.stop_code, null);
@@ -70,7 +70,7 @@ describe('boot', () => {
     w.d.exit(bad, [], 1, 'qemu-system-x86_64: warning: foo\nqemu: invalid kernel header\n');
     await settle(w);
     const r = await rec(w, bad);
-    assert.deepEqual([r.state, r.desired, r.stop_reason, r.stop_code], ['stopped', 'stopped', 4, null]);
+    assert.deepEqual([r.state, r.restart_next_at, r.stop_reason, r.stop_code], ['stopped', null, 4, null]);
     assert.match(logText(w, bad), /\[unihost\] the VMM failed: .*invalid kernel header/);
     const crash = await create(w);
     w.d.console.set(crash, '[    0.5] Kernel panic - not syncing: VFS: Unable to mount root fs\n');

@@ -5,10 +5,11 @@ import { HEALTHY_AFTER_MS } from '../domain/restart.js';
 import { ConsoleLog } from '../machines/console-log.js';
 import type { DriverFactory, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../machines/driver.js';
 import { STOP, vmmFailure } from '../machines/stop-info.js';
-import type { InstanceRec } from '../store/types.js';
+import type { InstanceRec, StatusPatch } from '../store/types.js';
+import { fire } from '../domain/instance-states.js';
 import type { NetworkHooks } from './network.js';
 import type { VolumeDriver } from '../volumes/driver.js';
-import { RetryingQueue, Timers, type TimerApi } from './engine.js';
+import { follow, RetryingQueue, Timers, type TimerApi } from './engine.js';
 import { ReadinessProbes } from './machine-probes.js';
 import { VmVolumes } from './machine-volumes.js';
 import { escalatedStop, recordExitInTx, restartInTx, type ExitEvent } from './machine-exit.js';
@@ -96,11 +97,27 @@ export class MachineController implements Controller {
   }
 
   async start(): Promise<void> {
-    this.off = this.s.store.onChange((c) => {
-      if (c.kind === 'instance') this.kick(c.id);
-      if (c.kind === 'volume') void this.kickVolumeOwner(c.id);
+    this.off = follow(this.s.store, {
+      kinds: ['instance', 'volume'],
+      change: (c) => (c.kind === 'instance' ? this.kick(c.id) : void this.kickVolumeOwner(c.id)),
+      resync: () => void this.kickAll(),
+      resyncMs: this.s.config.store.resyncMs,
     });
     await this.adoptAll();
+  }
+
+  /** Resync: every instance of this host once more (a failed read is tried at the next resync). */
+  private async kickAll(): Promise<void> {
+    try {
+      for (const i of await this.s.store.read((tx) => tx.instances.all())) if (this.mine(i)) this.kick(i.id);
+    } catch (e) {
+      this.o.log.warn({ err: e }, 'machine resync: reading the store failed');
+    }
+  }
+
+  /** Instances placed on this host (the others' VMs belong to their hosts' agents). */
+  private mine(i: InstanceRec): boolean {
+    return i.host_id === this.s.hostId;
   }
 
   async stop(): Promise<void> {
@@ -118,13 +135,13 @@ export class MachineController implements Controller {
   }
 
   private async kickVolumeOwner(volumeId: string): Promise<void> {
-    const v = await this.s.store.read((tx) => tx.volumes.getAny(volumeId));
+    const v = await this.s.store.read((tx) => tx.volumes.getAny(volumeId)).catch(() => undefined);
     if (v?.instance_id) this.kick(v.instance_id);
   }
 
   /** On daemon start: re-attach to running VMs, settle the ones that vanished, remove orphans. */
   private async adoptAll(): Promise<void> {
-    const all = await this.s.store.read((tx) => tx.instances.all());
+    const all = (await this.s.store.read((tx) => tx.instances.all())).filter((i) => this.mine(i));
     const known = new Set(all.map((i) => i.id));
     await killStrays(this.driver, join(this.s.config.dataDir, 'instances'), all, this.o.log, (id, m) =>
       this.note(id, m),
@@ -168,7 +185,9 @@ export class MachineController implements Controller {
 
   private async reconcile(id: string): Promise<void> {
     if (this.closed) return;
-    const inst = await this.s.store.read((tx) => tx.instances.getAny(id));
+    const found = await this.s.store.read((tx) => tx.instances.getAny(id));
+    // placed on another host (or never on this one): its VM, if this host has one, is not its own
+    const inst = found && this.mine(found) ? found : undefined;
     const vm = this.driver.inspect(id);
     if (!inst) {
       this.timers.clear(id);
@@ -214,7 +233,7 @@ export class MachineController implements Controller {
           const readyAt = Date.parse(inst.started_at) + Math.round((inst.boot_time_us ?? 0) / 1000);
           const healthyAt = readyAt + HEALTHY_AFTER_MS;
           if (now >= healthyAt) {
-            await this.s.store.tx((tx) => tx.instances.update(id, { restart_attempt: 0, restart_next_at: null }));
+            await this.s.store.tx((tx) => tx.instances.updateStatus(id, { restart_attempt: 0, restart_next_at: null }));
           } else this.timers.at(id, healthyAt, now);
         }
         return;
@@ -223,7 +242,7 @@ export class MachineController implements Controller {
         if (now < until && this.o.connections?.(id) !== 0) return this.timers.at(id, until, now);
         await this.s.store.tx(async (tx) => {
           const cur = await tx.instances.getAny(id);
-          if (cur?.state === 'draining') await tx.instances.update(id, { state: 'stopping' });
+          if (cur) await fire(tx, cur, 'drained');
         });
         return;
       }
@@ -235,7 +254,7 @@ export class MachineController implements Controller {
           return this.escalate(inst);
         }
         if (!rt.stopSentAt) {
-          await this.s.store.tx((tx) => tx.instances.update(id, { runtime: { ...rt, stopSentAt: now } }));
+          await this.s.store.tx((tx) => tx.instances.updateStatus(id, { runtime: { ...rt, stopSentAt: now } }));
           await this.driver.stop(id);
           return this.timers.at(id, now + this.stopTimeoutMs, now);
         }
@@ -265,7 +284,10 @@ export class MachineController implements Controller {
 
   /** Turns a stop (or a boot that timed out) into a forced stop, keeping who initiated it. */
   private async escalate(inst: InstanceRec): Promise<void> {
-    await this.s.store.tx((tx) => tx.instances.update(inst.id, escalatedStop(inst)));
+    await this.s.store.tx(async (tx) => {
+      const cur = await tx.instances.getAny(inst.id);
+      if (cur) await fire(tx, cur, 'stop-force', { stop_request: escalatedStop(cur) });
+    });
     await this.driver.kill(inst.id);
   }
 
@@ -275,7 +297,8 @@ export class MachineController implements Controller {
       await this.s.store.tx((tx) => restartInTx(tx, this.s, inst.id));
     } catch (e) {
       this.note(inst.id, `restart by policy failed: ${(e as Error).message}`);
-      await this.s.store.tx((tx) => tx.instances.update(inst.id, { desired: 'stopped', restart_next_at: null }));
+      // the sequence ends: stopped for good until someone starts it
+      await this.s.store.tx((tx) => tx.instances.updateStatus(inst.id, { restart_next_at: null }));
     }
   }
 
@@ -315,16 +338,18 @@ export class MachineController implements Controller {
       await this.detachNet(inst.id);
       this.note(inst.id, `the VM could not be started: ${(e as Error).message}`);
       this.o.log.warn({ id: inst.id, err: e }, 'boot failed');
-      await this.s.store.tx((tx) =>
-        tx.instances.update(inst.id, {
-          state: 'stopped',
-          desired: 'stopped',
+      await this.s.store.tx(async (tx) => {
+        const cur = await tx.instances.getAny(inst.id);
+        if (!cur) return;
+        await fire(tx, cur, 'exited', {
+          stop_request: null,
           stop_reason: STOP.P, // the platform failed to start it
           exit_code: null,
           stop_code: null,
           stopped_at: new Date(this.now()).toISOString(),
-        }),
-      );
+          restart_next_at: null,
+        });
+      });
       return;
     }
     this.o.log.info({ id: inst.id, pid: rt.pid, accel: rt.accel }, 'VM started');
@@ -360,10 +385,10 @@ export class MachineController implements Controller {
     await this.s.store.tx(async (tx) => {
       const cur = await tx.instances.getAny(id);
       if (!cur) return;
-      const patch: Partial<InstanceRec> = {};
+      const patch: StatusPatch = {};
       if (cur[f] === null) patch[f] = since(ev.at);
-      if (f === 'boot_time_us' && cur.state === 'starting') patch.state = 'running';
-      if (Object.keys(patch).length > 0) await tx.instances.update(id, patch);
+      if (f === 'boot_time_us' && (await fire(tx, cur, 'booted', patch))) return;
+      if (Object.keys(patch).length > 0) await tx.instances.updateStatus(id, patch);
     });
   }
 

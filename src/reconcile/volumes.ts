@@ -1,6 +1,6 @@
 import type { Controller, ControllerDeps } from './deps.js';
 import type { VolumeDriver } from '../volumes/driver.js';
-import { RetryingQueue } from './engine.js';
+import { follow, RetryingQueue } from './engine.js';
 
 /**
  * Makes volume images match the store through the volume driver: formats
@@ -25,8 +25,11 @@ export class VolumeController implements Controller {
   }
 
   async start(): Promise<void> {
-    this.off = this.s.store.onChange((c) => {
-      if (c.kind === 'volume') void this.queue.kick(c.id);
+    this.off = follow(this.s.store, {
+      kinds: ['volume'],
+      change: (c) => void this.queue.kick(c.id),
+      resync: () => void this.kickAll(),
+      resyncMs: this.s.config.store.resyncMs,
     });
     const all = await this.s.store.read((tx) => tx.volumes.all());
     for (const v of all) void this.queue.kick(v.id);
@@ -37,6 +40,15 @@ export class VolumeController implements Controller {
   async stop(): Promise<void> {
     this.off?.();
     await this.queue.stop();
+  }
+
+  /** Resync: every volume once more (a failed read is tried at the next resync). */
+  private async kickAll(): Promise<void> {
+    try {
+      for (const v of await this.s.store.read((tx) => tx.volumes.all())) void this.queue.kick(v.id);
+    } catch (e) {
+      this.log.warn({ err: e }, 'volume resync: reading the store failed');
+    }
   }
 
   private async reconcile(id: string): Promise<void> {

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { endedForGood } from '../domain/instance-states.js';
 import { err } from '../errors.js';
 import type { InstanceRec } from '../store/types.js';
 import type { ControllerDeps } from './deps.js';
@@ -106,13 +107,13 @@ export class Waker {
       if (!c?.enabled || c.min_size !== 0) return undefined;
       const m = await tx.instances.getAny(c.master_id);
       if (!m) return undefined;
-      if (m.desired === 'running') return m; // running, booting, or coming back up already
+      if (m.desired === 'running') return endedForGood(m) ? undefined : m; // running, booting, or coming back up
       const toStandby = m.state === 'standby' || m.stop_request?.standby === true;
       if (!toStandby) return undefined;
       const user = await tx.users.get(m.user_id);
       if (!user) throw err('UH_NOT_FOUND', 'the owner of this service is gone');
       this.log.info({ group: groupId, instance: m.id, from: m.state }, 'wake: starting the master');
-      return this.deps.instances.startInTx(tx, user, m, false);
+      return this.deps.instances.startInTx(tx, user, m, false, 'wake');
     });
   }
 
@@ -131,15 +132,15 @@ export class Waker {
         const i = await this.deps.store.read((tx) => tx.instances.getAny(id));
         if (!i) finish({ ok: false, why: 'its instance was deleted' });
         else if (i.state === 'running') finish({ ok: true });
-        else if (i.desired === 'stopped' || (i.state === 'stopped' && !i.restart_next_at))
+        else if (i.desired === 'stopped' || endedForGood(i))
           finish({ ok: false, why: 'its instance stopped while starting' });
       };
       const timer = setTimeout(
         () => finish({ ok: false, why: `its instance did not start within ${timeoutMs} ms` }),
         timeoutMs,
       );
-      const off = this.deps.store.onChange((c) => {
-        if (c.kind === 'instance' && c.id === id) void check().catch(() => undefined);
+      const off = this.deps.store.watch('now', (e) => {
+        if (e.type === 'resync' || (e.kind === 'instance' && e.id === id)) void check().catch(() => undefined);
       });
       void check().catch(() => undefined);
     });

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../domain/refs.js';
-import { NEVER_RUN, nextState } from '../domain/instance-states.js';
+import { fire, NEVER_RUN, nextState } from '../domain/instance-states.js';
 import { allocateIp } from '../domain/ipam.js';
 import { macFor } from '../network/address.js';
 import { NAME_MAX, randomSuffix } from '../domain/names.js';
@@ -12,7 +12,7 @@ import type { InstanceLifecycle, ServiceBase } from './deps.js';
 import type { GroupService } from './groups.js';
 import { findGroup, findInstance } from './lookup.js';
 import { assertQuota, effectiveQuotas } from './users.js';
-import { assertHostCapacity } from './capacity.js';
+import { assertHostCapacity, placeInTx } from './capacity.js';
 
 export interface AutoscaleIn {
   master: { uuid?: string; name?: string };
@@ -176,17 +176,15 @@ export class AutoscaleService {
    * one goes at once.
    */
   async drainCloneInTx(tx: Tx, user: UserRec, i: InstanceRec, drainMs: number): Promise<void> {
-    if (i.state === 'stopped') return this.deps.instances.deleteInTx(tx, user, i);
-    const stopping = i.state === 'draining' || i.state === 'stopping';
-    await tx.instances.update(i.id, {
+    // no VM to drain (clones never wait in standby: they have no scale-to-zero)
+    if (i.state === 'stopped' || i.state === 'standby') return this.deps.instances.deleteInTx(tx, user, i);
+    await tx.instances.updateSpec(i.id, {
       features: [...new Set([...i.features, 'delete-on-stop'])],
       desired: 'stopped',
-      state: i.state === 'running' ? 'draining' : i.state === 'standby' ? 'stopped' : 'stopping',
-      // a drain already under way keeps its (earlier) end
-      stop_request:
-        stopping && i.stop_request
-          ? i.stop_request
-          : { force: false, drain_until: this.deps.clock.now() + drainMs, by: 'platform' },
+    });
+    // a drain already under way keeps its (earlier) end (the table has no row for it)
+    await fire(tx, i, 'stop-drain', {
+      stop_request: { force: false, drain_until: this.deps.clock.now() + drainMs, by: 'platform' },
     });
   }
 
@@ -196,11 +194,9 @@ export class AutoscaleService {
    * (src/reconcile/wake.ts). Its record, IP, volumes and tap stay.
    */
   async standbyInTx(tx: Tx, master: InstanceRec): Promise<void> {
-    const to = nextState(master.state, 'idle');
-    if (!to || master.desired !== 'running') return;
-    await tx.instances.update(master.id, {
-      desired: 'stopped',
-      state: to,
+    if (master.desired !== 'running' || !nextState(master.state, 'idle')) return;
+    await tx.instances.updateSpec(master.id, { desired: 'stopped' });
+    await fire(tx, master, 'idle', {
       stop_request: { force: false, drain_until: null, by: 'platform', standby: true },
     });
   }
@@ -235,6 +231,7 @@ export class AutoscaleService {
       mac: macFor(nic),
       nic_id: nic,
       autoscale_group_id: g.id,
+      host_id: await placeInTx(tx),
       runtime: {},
     };
     await tx.instances.insert(clone);

@@ -56,3 +56,15 @@ export async function assertHostCapacity(tx: Tx, c: CapacityConfig, vms: number,
     );
   }
 }
+
+/**
+ * Placement, inside the creating transaction: the host a new instance runs
+ * on. One host for now: the one host whose agent registered (the daemon's
+ * own in the embedded default). Throws UH_NO_FREE when no agent ever
+ * registered (only API servers run).
+ */
+export async function placeInTx(tx: Tx): Promise<string> {
+  const [host] = await tx.hosts.list();
+  if (!host) throw err('UH_NO_FREE', 'no host can run instances: no daemon with the agent role has registered');
+  return host.id;
+}

@@ -1,4 +1,5 @@
 import type { Clock } from '../clock.js';
+import type { LiveFigures } from '../figures.js';
 import type { Config } from '../config.js';
 import type { Subnet } from '../network/address.js';
 import type { Paths } from '../paths.js';
@@ -15,8 +16,10 @@ export interface ServiceBase {
   clock: Clock;
   paths: Paths;
   subnet: Subnet;
-  /** background controllers, set by the daemon once started; services only read live figures from them */
-  controllers?: unknown[];
+  /** the host this process's agent registered ('' in a process without the agent role) */
+  hostId: string;
+  /** live figures of VMs and the gateway (src/figures.ts): this process's own, or those published in the store */
+  figures: LiveFigures;
 }
 
 /** The instance rules other services apply inside their own transactions (autoscale clones, standby masters). */

@@ -4,6 +4,7 @@ import type { Config } from '../config.js';
 import { parseSubnet } from '../network/address.js';
 import { pathsFor } from '../paths.js';
 import type { Store } from '../store/types.js';
+import { StoreFigures } from '../figures.js';
 import { AutoscaleService } from './autoscale.js';
 import { CertificateService } from './certificates.js';
 import type { ServiceBase } from './deps.js';
@@ -29,7 +30,17 @@ export interface Services extends ServiceBase {
 }
 
 export function createServices(config: Config, store: Store, clock: Clock = systemClock): Services {
-  const s = { config, store, clock, paths: pathsFor(config.dataDir), subnet: parseSubnet(config.subnet) } as Services;
+  const base: ServiceBase = {
+    config,
+    store,
+    clock,
+    paths: pathsFor(config.dataDir),
+    subnet: parseSubnet(config.subnet),
+    hostId: '',
+    // a process that measures nothing reads what the measuring ones publish (src/controllers.ts replaces it)
+    figures: new StoreFigures(store, () => clock.now()),
+  };
+  const s = base as Services;
   s.users = new UserService(store, config);
   s.instances = new InstanceService(s);
   s.groups = new GroupService(s);

@@ -12,7 +12,7 @@ import type { ServiceBase } from './deps.js';
 import type { GroupDescription, GroupService } from './groups.js';
 import type { ImageService } from './images.js';
 import type { VolumeService } from './volumes.js';
-import { assertHostCapacity } from './capacity.js';
+import { assertHostCapacity, placeInTx } from './capacity.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { checkMountPath } from '../domain/mount-path.js';
 
@@ -236,6 +236,7 @@ export async function createInTx(
   }
 
   const now = new Date(deps.clock.now()).toISOString();
+  const hostId = await placeInTx(tx);
   const instances: InstanceRec[] = [];
   for (let k = 0; k < count; k++) {
     let name = p.name ?? instanceDefaultName(image.app);
@@ -263,6 +264,7 @@ export async function createInTx(
       mac: macFor(nic),
       nic_id: nic,
       autoscale_group_id: null,
+      host_id: hostId,
       runtime: {},
     };
     await tx.instances.insert(inst);

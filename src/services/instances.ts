@@ -1,6 +1,8 @@
 import type { Target } from '../domain/refs.js';
 import {
   describeStop,
+  endedForGood,
+  fire,
   isLive,
   nextState,
   STOP_INFO_STATES,
@@ -15,13 +17,7 @@ import { createInTx, type CreateParams, type InstanceDeps } from './instances-cr
 import { assertHostCapacity } from './capacity.js';
 import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
-import { controllerWith } from './controller-access.js';
 import { findInstance } from './lookup.js';
-
-/** What the autoscale controller offers (src/reconcile/autoscale.ts). */
-interface CpuMetric {
-  cpuMillicores(id: string): number | undefined;
-}
 
 export interface StopParams {
   force?: boolean;
@@ -74,9 +70,7 @@ export class InstanceService {
         if (i[k] !== null) out[k] = i[k];
       }
       // The autoscaler's per-instance CPU (docs/autoscale.md), while it has samples.
-      const cpu = isLive(i.state)
-        ? controllerWith<CpuMetric>(this.deps, 'cpuMillicores')?.cpuMillicores(i.id)
-        : undefined;
+      const cpu = isLive(i.state) ? (await this.deps.figures.instance(i.id)).cpuMillicores : undefined;
       if (cpu !== undefined) out.cpu_millicores = cpu;
     }
     if (i.boot_time_us !== null) out.boot_time_us = i.boot_time_us;
@@ -124,26 +118,29 @@ export class InstanceService {
   }
 
   /**
-   * Moves an instance towards running (PUT start, autostart). Allowed in
-   * every state; does nothing when it is already starting or running. A
-   * manual start aborts a restart back-off sequence.
+   * Moves an instance towards running (PUT start, autostart, a restart by
+   * policy, a wake with `trigger` 'wake'). Allowed in every state; does
+   * nothing when it is already starting or running. A manual start aborts a
+   * restart back-off sequence.
    */
-  async startInTx(tx: Tx, user: UserRec, inst: InstanceRec, manual: boolean): Promise<InstanceRec> {
+  async startInTx(
+    tx: Tx,
+    user: UserRec,
+    inst: InstanceRec,
+    manual: boolean,
+    trigger: 'start' | 'wake' = 'start',
+  ): Promise<InstanceRec> {
     // During a stop (draining/stopping) the stop request stays: it tells the controller who stopped
     // the VM; `desired: running` then makes it boot again once the VM is down.
-    const patch: Partial<InstanceRec> = { desired: 'running' };
-    if (manual) Object.assign(patch, { restart_attempt: 0, restart_next_at: null });
-    const to = nextState(inst.state, 'start');
-    if (to) {
-      patch.stop_request = null;
-      if (!isLive(inst.state)) {
-        await assertQuota(tx, this.deps.config, user, { live_instances: 1, live_memory_mb: inst.memory_mb });
-        await assertHostCapacity(tx, this.deps.config.capacity, 1, inst.memory_mb);
-      }
-      patch.state = to;
+    if (inst.desired !== 'running') await tx.instances.updateSpec(inst.id, { desired: 'running' });
+    const to = nextState(inst.state, trigger);
+    if (to && !isLive(inst.state)) {
+      await assertQuota(tx, this.deps.config, user, { live_instances: 1, live_memory_mb: inst.memory_mb });
+      await assertHostCapacity(tx, this.deps.config.capacity, 1, inst.memory_mb);
     }
-    await tx.instances.update(inst.id, patch);
-    return { ...inst, ...patch };
+    const after = await fire(tx, inst, trigger, { stop_request: null }, { resetRestarts: manual });
+    const reset = manual ? { restart_attempt: 0, restart_next_at: null } : {};
+    return after ?? { ...inst, ...reset, desired: 'running' };
   }
 
   async start(user: UserRec, t: Target, waitMs: number | undefined, signal?: AbortSignal) {
@@ -180,32 +177,27 @@ export class InstanceService {
       const inst = await findInstance(tx, user, t);
       const drainMs = p.drain_timeout_ms === undefined ? 0 : this.timeout(p.drain_timeout_ms, 0);
       const trigger: InstanceTrigger = p.force ? 'stop-force' : drainMs > 0 ? 'stop-drain' : 'stop';
-      const to = nextState(inst.state, trigger);
+      if (inst.desired !== 'stopped') await tx.instances.updateSpec(inst.id, { desired: 'stopped' });
+      const stop_request = {
+        force: p.force ?? false,
+        drain_until: trigger === 'stop-drain' ? this.deps.clock.now() + drainMs : null,
+        by: 'user' as const,
+      };
+      // A standby instance has no VM to stop: it is stopped at once, with the fields of a stop without a VM.
+      const withoutVm =
+        inst.state === 'standby'
+          ? {
+              stop_request: null,
+              stop_reason: stopReasonWithoutVm('user', p.force ?? false),
+              stopped_at: new Date(this.deps.clock.now()).toISOString(),
+              exit_code: null,
+              stop_code: null,
+            }
+          : { stop_request };
       // A manual stop always aborts a restart sequence, even on a stopped instance.
-      const patch: Partial<InstanceRec> = { desired: 'stopped', restart_attempt: 0, restart_next_at: null };
-      if (to) {
-        patch.state = to;
-        patch.stop_request = {
-          force: p.force ?? false,
-          drain_until: trigger === 'stop-drain' ? this.deps.clock.now() + drainMs : null,
-          by: 'user',
-        };
-        if (to === 'stopped')
-          Object.assign(patch, this.stoppedFields(inst, stopReasonWithoutVm('user', p.force ?? false)));
-      }
-      await tx.instances.update(inst.id, patch);
-      return { uuid: inst.id, name: inst.name, state: patch.state ?? inst.state, previous_state: inst.state };
+      const after = await fire(tx, inst, trigger, withoutVm, { resetRestarts: true });
+      return { uuid: inst.id, name: inst.name, state: after?.state ?? inst.state, previous_state: inst.state };
     });
-  }
-
-  /** Fields of an instance that stops without a VM (standby → stopped). */
-  private stoppedFields(inst: InstanceRec, reason: number): Partial<InstanceRec> {
-    return {
-      stop_reason: reason,
-      stopped_at: new Date(this.deps.clock.now()).toISOString(),
-      exit_code: null,
-      stop_code: null,
-    };
   }
 
   /** DELETE: removes the record at once; the controller force-stops the VM and frees its resources. */
@@ -299,8 +291,7 @@ export class InstanceService {
     const inst = await this.store.read((tx) => findInstance(tx, user, t));
     // Waiting for running ends early when the instance stops for good meanwhile (its boot failed or it
     // ended, and no restart is due); an instance that was already stopped may still be started later.
-    const gaveUp = (rec: InstanceRec) =>
-      state === 'running' && rec.state === 'stopped' && rec.desired === 'stopped' && rec.stopped_at !== inst.stopped_at;
+    const gaveUp = (rec: InstanceRec) => state === 'running' && endedForGood(rec) && rec.stopped_at !== inst.stopped_at;
     const lease = this.waits.reserve(user.id, 1);
     let r;
     try {
@@ -325,13 +316,7 @@ export class InstanceService {
    * failed or it ended, and no restart is due): waiting longer cannot help.
    */
   waitBooted(lease: WaitLease, id: string, timeoutMs: number, signal?: AbortSignal) {
-    return this.waitUntil(
-      lease,
-      id,
-      (rec) => rec.state === 'running' || (rec.state === 'stopped' && rec.desired === 'stopped'),
-      timeoutMs,
-      signal,
-    );
+    return this.waitUntil(lease, id, (rec) => rec.state === 'running' || endedForGood(rec), timeoutMs, signal);
   }
 
   /** Re-checks `done` after each change of the instance; `{state: undefined}` when it was deleted. */

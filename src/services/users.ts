@@ -43,8 +43,8 @@ export class UserService {
   ) {
     this.version = store.externalVersion();
     // A changed user (quotas, permissions) or token (revoked) must not be served from the cache.
-    store.onChange((c) => {
-      if (c.kind === 'user') this.cache.clear();
+    store.watch('now', (e) => {
+      if (e.type === 'resync' || e.kind === 'user') this.cache.clear();
     });
   }
 

@@ -24,9 +24,10 @@ export class WaitHub {
     private readonly store: Store,
     private readonly maxPerOwner: number,
   ) {
-    store.onChange((c) => {
-      const set = this.byKey.get(`${c.kind}:${c.id}`);
-      if (set) for (const w of [...set]) w.poke();
+    // Changes of any process reach waits through the feed; after a resync every wait checks again.
+    store.watch('now', (e) => {
+      const sets = e.type === 'resync' ? [...this.byKey.values()] : [this.byKey.get(`${e.kind}:${e.id}`)];
+      for (const set of sets) if (set) for (const w of [...set]) w.poke();
     });
   }
 

@@ -63,9 +63,16 @@ export interface StopRequest {
   by: 'user' | 'platform';
   /** scale-to-zero: once the VM is down the instance is `standby` (woken by traffic), not `stopped` */
   standby?: boolean;
+  /** the host gave up on a boot that did not signal ready in time: no start follows the stop */
+  gave_up?: boolean;
 }
 
-export interface InstanceRec {
+/**
+ * What the user asked for (written by services, in the API's transactions):
+ * the instance's identity, its image and boot parameters, its private
+ * address, and whether it should run (`desired`).
+ */
+export interface InstanceSpec {
   id: string;
   user_id: string;
   name: string;
@@ -77,8 +84,30 @@ export interface InstanceRec {
   env: Record<string, string>;
   features: string[];
   restart_policy: RestartPolicy;
-  state: InstanceState;
+  /** the last command: start (user, autostart, wake) or stop (user, scale-to-zero, scale-in) */
   desired: Desired;
+  service_group_id: string | null;
+  private_ip: string | null;
+  mac: string | null;
+  nic_id: string | null;
+  /** group whose autoscaler created this instance (clones only) */
+  autoscale_group_id: string | null;
+}
+
+/** Where the instance runs: the host whose agent owns its VM, tap and volumes (one host for now). */
+export interface InstancePlacement {
+  /** null only for instances of a data dir written before placement existed, until the agent claims them */
+  host_id: string | null;
+}
+
+/**
+ * What the host observes (written by the host's reconcilers). `state` and
+ * `stop_request` change only through the state table
+ * (`domain/instance-states.ts`), whichever side fires the trigger.
+ */
+export interface InstanceStatus {
+  state: InstanceState;
+  /** the stop under way: who asked, forced or not, the drain deadline; set by a stop trigger, cleared when the VM is down */
   stop_request: StopRequest | null;
   start_count: number;
   started_at: string | null;
@@ -95,14 +124,65 @@ export interface InstanceRec {
   restart_attempt: number;
   restart_next_at: string | null;
   restart_count: number;
-  service_group_id: string | null;
-  private_ip: string | null;
-  mac: string | null;
-  nic_id: string | null;
-  /** group whose autoscaler created this instance (clones only) */
-  autoscale_group_id: string | null;
   /** driver-owned runtime facts (pid, sockets) for adoption after restart */
   runtime: Record<string, unknown>;
+}
+
+/** An instance as read: spec, placement and status together. */
+export type InstanceRec = InstanceSpec & InstancePlacement & InstanceStatus;
+
+/** The spec fields a service may change after creation. */
+export type SpecPatch = Partial<Omit<InstanceSpec & InstancePlacement, 'id' | 'user_id' | 'created_at'>>;
+/** The status fields a reconciler writes directly: everything but `state` and `stop_request` (state table only). */
+export type StatusPatch = Partial<Omit<InstanceStatus, 'state' | 'stop_request'>>;
+
+export const SPEC_FIELDS = [
+  'id',
+  'user_id',
+  'name',
+  'created_at',
+  'image',
+  'image_ref',
+  'memory_mb',
+  'args',
+  'env',
+  'features',
+  'restart_policy',
+  'desired',
+  'service_group_id',
+  'private_ip',
+  'mac',
+  'nic_id',
+  'autoscale_group_id',
+  'host_id',
+] as const satisfies readonly (keyof (InstanceSpec & InstancePlacement))[];
+
+export const STATUS_FIELDS = [
+  'state',
+  'stop_request',
+  'start_count',
+  'started_at',
+  'stopped_at',
+  'uptime_ms',
+  'boot_time_us',
+  'stop_reason',
+  'exit_code',
+  'stop_code',
+  'vmm_start_time_us',
+  'vmm_load_time_us',
+  'vmm_ready_time_us',
+  'net_time_us',
+  'restart_attempt',
+  'restart_next_at',
+  'restart_count',
+  'runtime',
+] as const satisfies readonly (keyof InstanceStatus)[];
+
+/** A host: the machine whose agent runs VMs (one for now: the daemon's own). */
+export interface HostRec {
+  id: string;
+  name: string;
+  created_at: string;
 }
 
 export interface ServiceEntry {
@@ -262,7 +342,24 @@ export interface Tx {
     /** The newest event id (0 when the log is empty). */
     lastId(): Promise<number>;
   };
-  instances: UserTable<InstanceRec> & {
+  instances: Omit<UserTable<InstanceRec>, 'update'> & {
+    /** services only: changes what the user asked for */
+    updateSpec(id: string, patch: SpecPatch): Promise<void>;
+    /** the host's reconcilers only: what they observe (never `state`: see setState) */
+    updateStatus(id: string, patch: StatusPatch): Promise<void>;
+    /**
+     * The state table's writer (`fire` in domain/instance-states.ts, and no
+     * other caller): moves the instance from `from` to `to` with the status
+     * fields the trigger implies, and appends the state event. Throws
+     * UH_CONFLICT when the stored state is not `from` (a decision made on a
+     * stale read).
+     */
+    setState(
+      id: string,
+      from: InstanceState,
+      to: InstanceState,
+      patch: StatusPatch & { stop_request?: StopRequest | null },
+    ): Promise<void>;
     /** one instance of any user (reconcilers, waits) */
     getAny(id: string): Promise<InstanceRec | undefined>;
     /** every instance of every user (reconcilers) */
@@ -280,6 +377,12 @@ export interface Tx {
     hostLive(): Promise<{ vms: number; memory_mb: number }>;
     /** private IP of the most recently created instance that has one */
     lastIp(): Promise<string | undefined>;
+  };
+  hosts: {
+    get(id: string): Promise<HostRec | undefined>;
+    getByName(name: string): Promise<HostRec | undefined>;
+    insert(rec: HostRec): Promise<void>;
+    list(): Promise<HostRec[]>;
   };
   groups: UserTable<ServiceGroupRec> & {
     getAnyUser(id: string): Promise<ServiceGroupRec | undefined>;
@@ -318,33 +421,58 @@ export interface Tx {
     tag(ref: string): Promise<TagRec | undefined>;
     setTag(rec: TagRec): Promise<void>;
   };
+  /**
+   * Live figures one process publishes for the others (src/figures.ts): not
+   * records, so they are never announced on the change feed.
+   */
+  figures: {
+    put(source: string, at: string, data: unknown): Promise<void>;
+    list(): Promise<{ source: string; at: string; data: unknown }[]>;
+  };
   /** Current usage of one user's quotas, computed from the records. */
   usage(userId: string): Promise<Used>;
 }
 
-export type ChangeKind = 'instance' | 'volume' | 'group' | 'certificate' | 'autoscale' | 'image' | 'user';
+export type ChangeKind = 'instance' | 'volume' | 'group' | 'certificate' | 'autoscale' | 'image' | 'user' | 'host';
 
 export interface Change {
   kind: ChangeKind;
   id: string;
 }
 
+/**
+ * What a watcher of the change feed receives: each committed change once, in
+ * commit order, with its revision; or `resync` when changes were missed (the
+ * watcher started before the oldest revision kept, or the feed lost track),
+ * after which the watcher must re-read everything it keeps.
+ */
+export type FeedEvent = ({ type: 'change'; rev: number } & Change) | { type: 'resync'; rev: number };
+
 export interface Store {
+  /** `sqlite` (the embedded default) or `postgres` */
+  readonly kind: 'sqlite' | 'postgres';
   /**
-   * Runs `fn` in one serializable read-write transaction. `fn` must not do
-   * I/O other than through `tx`. Changes are announced to `onChange`
-   * listeners after commit.
+   * Runs `fn` in one serializable read-write transaction and returns its
+   * result. `fn` must not do I/O other than through `tx`: a transaction that
+   * loses a serialization conflict (PostgreSQL) is run again, a bounded
+   * number of times. Its changes reach watchers after commit.
    */
   tx<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
   /** Runs `fn` on a consistent snapshot; writes through it are refused. */
   read<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
   /**
-   * A number that changes whenever another process (the admin commands)
+   * A number that changes whenever this process learns that another process
    * committed to the store; caches of what such processes change (tokens,
    * users) compare it before trusting an entry. Cheap enough per request.
    */
   externalVersion(): number;
-  /** Subscribes to committed changes; returns the unsubscribe function. */
-  onChange(listener: (c: Change) => void): () => void;
+  /**
+   * The change feed: calls `listener` with every change committed after
+   * revision `from` (`'now'`: after the last one this process has seen), by
+   * any process, in commit order. Returns the unsubscribe function.
+   */
+  watch(from: number | 'now', listener: (e: FeedEvent) => void): () => void;
+  /** The newest revision this process has seen. */
+  revision(): number;
   close(): Promise<void>;
 }

@@ -4,7 +4,7 @@ import pino from 'pino';
 import { AutoscaleController } from '../../src/reconcile/autoscale.js';
 import type { InstanceRec } from '../../src/store/types.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
-import { simMachines } from '../helpers/sim-machines.js';
+import { simMachines, wireFigures } from '../helpers/sim-machines.js';
 import { replyAsserts } from '../helpers/replies.js';
 
 /**
@@ -32,7 +32,9 @@ before(async () => {
       cpuMs: (id) => used.get(id),
       timers: never,
     });
-    return [simMachines(s), scaler];
+    const sim = simMachines(s);
+    wireFigures(s, { sim, autoscale: scaler });
+    return [sim, scaler];
   });
   h.daemon.services.clock = { now: () => now };
   dev = await h.user('dev', true);

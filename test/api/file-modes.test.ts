@@ -11,7 +11,10 @@ const quiet = { warn: () => undefined, error: () => undefined };
 before(async () => {
   // A lax launcher (a shell's usual umask): the daemon must not depend on it.
   process.umask(0o022);
-  h = await startHarness({}, (s) => [new VolumeController(s, quiet, new Ext4Volumes(s.paths.volumes))]);
+  h = await startHarness(
+    { store: { url: '' } }, // the SQLite file's mode is checked: SQLite, whatever UNIHOST_TEST_STORE says
+    (s) => [new VolumeController(s, quiet, new Ext4Volumes(s.paths.volumes))],
+  );
 });
 after(async () => h.close());
 

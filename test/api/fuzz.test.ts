@@ -10,15 +10,14 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import Database from 'better-sqlite3';
 import fc from 'fast-check';
 import pino from 'pino';
+import { storeDump, type StoreDump } from '../helpers/dump.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { simMachines } from '../helpers/sim-machines.js';
 import { ENDPOINTS } from '../../src/api/routes/index.js';
 import { compile } from '../../src/api/request.js';
 import type { EndpointDef } from '../../src/api/endpoint.js';
-import { pathsFor } from '../../src/paths.js';
 import { adversarial, deepJson, mutate, shortTimeouts, valid, type Known } from '../helpers/fuzz-arbitraries.js';
 import { checkReply, type Sent } from '../helpers/fuzz-checks.js';
 
@@ -28,7 +27,7 @@ const CHUNK = 500;
 
 let h: Harness;
 let token: string;
-let db: Database.Database;
+let db: StoreDump;
 const errorLogs: string[] = [];
 const known: Known = { uuids: [], names: [], strings: ['nginx:latest', '/data', 'running', 'stopped', 'step'] };
 
@@ -64,27 +63,22 @@ before(async () => {
       known.names.push(o.name);
     }
   }
-  db = new Database(pathsFor(h.dataDir).db, { readonly: true });
+  db = storeDump(h.dataDir, h.storeUrl);
 });
 after(async () => {
-  db?.close();
+  await db?.close();
   await h?.close();
 });
 
 /** Every row of every table: what a rejected request must leave alone. */
-function snapshot(): string {
-  const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all() as {
-    name: string;
-  }[];
-  return JSON.stringify(tables.map((t) => [t.name, db.prepare(`SELECT * FROM "${t.name}" ORDER BY rowid`).all()]));
-}
+const snapshot = (): Promise<string> => db.snapshot();
 
 /** Waits until background work an accepted request started (simulated boots, volume set-up) has settled. */
 async function settle(): Promise<string> {
-  let last = snapshot();
+  let last = await snapshot();
   for (let i = 0; i < 100; i++) {
     await new Promise((r) => setTimeout(r, 3));
-    const now = snapshot();
+    const now = await snapshot();
     if (now === last) return now;
     last = now;
   }
@@ -248,7 +242,7 @@ test(`fuzz: ${RUNS} requests across every endpoint (seed ${SEED})`, { timeout: 3
       const rejected = reply.status >= 400 || reply.body?.status === 'error';
       if (rejected) {
         counts.rejected++;
-        if (snapshot() !== state) problems.push('a rejected request changed the store');
+        if ((await snapshot()) !== state) problems.push('a rejected request changed the store');
       } else {
         counts.accepted++;
         state = await settle();

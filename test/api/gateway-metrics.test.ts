@@ -10,7 +10,7 @@ import { dataPlane } from '../../src/drivers.js';
 import { GatewayController } from '../../src/reconcile/gateway.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { replyAsserts } from '../helpers/replies.js';
-import { simMachines } from '../helpers/sim-machines.js';
+import { simMachines, wireFigures } from '../helpers/sim-machines.js';
 
 let h: Harness;
 let gw: GatewayController;
@@ -21,7 +21,9 @@ const { ok } = replyAsserts('service_groups');
 before(async () => {
   h = await startHarness({ gateway: { enabled: true, listen: '127.0.0.1', portOffset: -1 } }, (s) => {
     gw = new GatewayController(s, pino({ level: 'silent' }), dataPlane(s, pino({ level: 'silent' })));
-    return [simMachines(s), gw];
+    const sim = simMachines(s);
+    wireFigures(s, { sim, gateway: gw });
+    return [sim, gw];
   });
   alice = await h.user('alice');
   op = await h.user('op', true);

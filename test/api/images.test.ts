@@ -209,7 +209,17 @@ describe('images API over real imports', () => {
     ]);
     const tarball = join(files, 'nginx.tar');
     await tarLayout(layoutDir, tarball);
-    const r = await cli('image', '--data-dir', h.dataDir, 'import', '--oci', tarball, 'alice/nginx:1.25');
+    const r = await cli(
+      'image',
+      '--data-dir',
+      h.dataDir,
+      '--store',
+      h.storeUrl,
+      'import',
+      '--oci',
+      tarball,
+      'alice/nginx:1.25',
+    );
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, new RegExp(`imported alice/nginx:1\\.25\\n  digest +${kk[1]}`));
     assert.match(r.stdout, /machine +pc/);
@@ -222,18 +232,30 @@ describe('images API over real imports', () => {
     const created = await h.call('POST', '/v1/instances', alice, { image: 'alice/nginx:1.25' });
     assert.equal(created.body.status, 'success', created.text);
 
-    const ls = await cli('image', '--data-dir', h.dataDir, 'list', '--namespace', 'alice');
+    const ls = await cli('image', '--data-dir', h.dataDir, '--store', h.storeUrl, 'list', '--namespace', 'alice');
     assert.equal(ls.code, 0, ls.stderr);
     assert.match(ls.stdout, new RegExp(`alice/nginx:1\\.25 +${kk[1]}`));
     assert.doesNotMatch(ls.stdout, /bob\/app/);
 
-    const bad = await cli('image', '--data-dir', h.dataDir, 'import', '--kernel', join(files, 'initrd'), 'alice/x:1');
+    const bad = await cli(
+      'image',
+      '--data-dir',
+      h.dataDir,
+      '--store',
+      h.storeUrl,
+      'import',
+      '--kernel',
+      join(files, 'initrd'),
+      'alice/x:1',
+    );
     assert.equal(bad.code, 1);
     assert.match(bad.stderr, /cannot tell how to boot kernel .*initrd.*give the machine type explicitly/);
     const forced = await cli(
       'image',
       '--data-dir',
       h.dataDir,
+      '--store',
+      h.storeUrl,
       'import',
       '--kernel',
       join(files, 'kernel'),

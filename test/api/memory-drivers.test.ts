@@ -8,6 +8,7 @@ import { DEFAULTS, type Config } from '../../src/config.js';
 import { defaultControllers } from '../../src/controllers.js';
 import { buildDrivers, checkDriverNames, type Drivers } from '../../src/drivers.js';
 import { MemoryDataPlane } from '../../src/gateway/memory.js';
+import { GatewayController } from '../../src/reconcile/gateway.js';
 import { MEMORY_VM_STATS, MemoryMachines } from '../../src/machines/memory.js';
 import { tapName } from '../../src/network/host.js';
 import { MemoryNetwork } from '../../src/network/memory.js';
@@ -133,6 +134,8 @@ describe('the controllers over the memory drivers', () => {
     assert.equal(vms.stats(inst.id), MEMORY_VM_STATS);
 
     const fqdn = (await h.daemon.store.read((tx) => tx.domains.forGroup(inst.service_group_id!)))[0]!.fqdn;
+    // the gateway has applied what the feed told it (a sync queued by the change to running)
+    await (h.daemon.controllers.find((c) => c instanceof GatewayController) as GatewayController).settled();
     const route = plane.table().find((r) => r.groupId === inst.service_group_id);
     assert.deepEqual(route && { port: route.port, fqdns: route.fqdns }, { port: 443, fqdns: [fqdn] });
     assert.deepEqual(await plane.request(fqdn, 443), { status: 200, instanceId: inst.id });

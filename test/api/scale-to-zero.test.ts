@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import pino from 'pino';
 import { AutoscaleController } from '../../src/reconcile/autoscale.js';
 import { Waker } from '../../src/reconcile/wake.js';
-import type { InstanceRec } from '../../src/store/types.js';
+import type { InstanceRec, StatusPatch } from '../../src/store/types.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { simMachines } from '../helpers/sim-machines.js';
 import { replyAsserts } from '../helpers/replies.js';
@@ -173,7 +173,7 @@ describe('idle master to standby, and the wake', () => {
   test('idle time starts when the woken master is ready and its held clients are let go', async () => {
     const g = m.service_group_id!;
     const standby = () => h.until(async () => ((await get(m.id))!.state === 'standby' ? true : undefined));
-    const boot = (patch: Partial<InstanceRec>) => h.daemon.store.tx((tx) => tx.instances.update(m.id, patch));
+    const boot = (patch: StatusPatch) => h.daemon.store.tx((tx) => tx.instances.updateStatus(m.id, patch));
     traffic.set(m.id, { busy: 0, lastActivity: 0 });
     await pass(10_000);
     await standby();
@@ -218,7 +218,7 @@ describe('idle master to standby, and the wake', () => {
     }
     // the host moves again: the start that came during the stop boots it
     const cur = (await get(m.id))!;
-    await h.daemon.store.tx((tx) => tx.instances.update(m.id, { uptime_ms: cur.uptime_ms + 1 })); // a change: the simulation steps
+    await h.daemon.store.tx((tx) => tx.instances.updateStatus(m.id, { uptime_ms: cur.uptime_ms + 1 })); // a change: the simulation steps
     await h.until(async () => ((await get(m.id))!.state === 'running' ? true : undefined));
   });
 

@@ -11,7 +11,7 @@ let h: Harness;
 
 /** Runs the real `unihost admin` CLI (through tsx) in a child process, on the harness's data dir. */
 async function admin(...args: string[]): Promise<{ stdout: string; stderr: string }> {
-  const argv = ['node', 'unihost', 'admin', '--data-dir', h.dataDir, ...args];
+  const argv = ['node', 'unihost', 'admin', '--data-dir', h.dataDir, '--store', h.storeUrl, ...args];
   const code = `const { main } = await import(${JSON.stringify(CLI)}); await main(${JSON.stringify(argv)});`;
   return run(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
     cwd: resolve(import.meta.dirname, '../..'),

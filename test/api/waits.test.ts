@@ -21,10 +21,10 @@ before(async () => {
   bob = await h.user('bob');
   aliceId = (await h.daemon.store.read((tx) => tx.users.getByName('alice')))!.id;
   const store = h.daemon.store;
-  const on = store.onChange.bind(store);
-  store.onChange = (l) => {
+  const on = store.watch.bind(store);
+  store.watch = (from, l) => {
     registrations++;
-    return on(l);
+    return on(from, l);
   };
 });
 after(async () => h.close());

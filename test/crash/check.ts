@@ -68,11 +68,20 @@ function qemusOf(dataDir: string): Map<number, string> {
   return out;
 }
 
+/** The last run ended after it began (an app exit, a crash, a boot given up): not a lost start. */
+const endedAfterStart = (r: Row): boolean =>
+  r.stopped_at !== null && (r.started_at === null || String(r.stopped_at) >= String(r.started_at));
+
 /** Instances in a state that is not an end state, or whose VM does not match its state. */
 export async function converged(dataDir: string): Promise<string[]> {
   const db = new Database(join(dataDir, 'unihost.db'), { readonly: true, fileMustExist: true });
   try {
-    const rows = db.prepare('SELECT id, name, state, desired, runtime, restart_next_at FROM instances').all() as Row[];
+    const rows = db
+      .prepare(
+        `SELECT id, name, state, desired, runtime, restart_next_at, started_at, stopped_at
+           FROM instances JOIN instance_status USING (id)`,
+      )
+      .all() as Row[];
     const out: string[] = [];
     const qemus = qemusOf(dataDir);
     const pidsOf = new Map<string, number[]>();
@@ -84,7 +93,8 @@ export async function converged(dataDir: string): Promise<string[]> {
       else if (r.state === 'running' && !(pid && alive(pid))) out.push(`${where}: running without a live VM`);
       else if (r.state !== 'running' && (pidsOf.get(String(r.id))?.length ?? 0) > 0)
         out.push(`${where}: a VM runs (${pidsOf.get(String(r.id))!.join(', ')})`);
-      else if (r.state === 'stopped' && r.desired === 'running' && r.restart_next_at === null)
+      // stopped for good after a start (no restart due) is an end only if the run that start began has ended
+      else if (r.state === 'stopped' && r.desired === 'running' && r.restart_next_at === null && !endedAfterStart(r))
         out.push(`${where}: wanted running, nothing will start it`);
     }
     return out;

@@ -6,6 +6,7 @@ import pino, { type Logger } from 'pino';
 import { request } from 'undici';
 import { DEFAULTS, type Config } from '../../src/config.js';
 import { startDaemon, type Controller, type Daemon } from '../../src/daemon.js';
+import { testPostgres } from './postgres.js';
 import type { Services } from '../../src/services/index.js';
 
 export interface Reply {
@@ -18,6 +19,8 @@ export interface Harness {
   daemon: Daemon;
   url: string;
   dataDir: string;
+  /** the daemon's store setting ('' for SQLite in the data dir): commands that open the store take it as --store */
+  storeUrl: string;
   /**
    * Registers an image record (no kernel files) under `ref` (`app:tag` official,
    * `user/app:tag` private) for control-plane tests; returns its digest.
@@ -38,10 +41,19 @@ export interface Harness {
   ): Promise<Reply>;
   /**
    * Resolves with the first truthy value of `check`, re-run after every
-   * committed store change (no polling); rejects after `timeoutMs`.
+   * committed store change, and every 50 ms for what the store does not
+   * hold (a driver's taps, files); rejects after `timeoutMs`.
    */
   until<T>(check: () => Promise<T | undefined | null | false>, timeoutMs?: number): Promise<T>;
   close(): Promise<void>;
+}
+
+/** The store the tests run on: SQLite in the data dir (''), or a new database when UNIHOST_TEST_STORE=postgres. */
+export async function testStoreUrl(): Promise<string> {
+  const which = process.env.UNIHOST_TEST_STORE ?? 'sqlite';
+  if (which === 'sqlite') return '';
+  if (which !== 'postgres') throw new Error(`UNIHOST_TEST_STORE '${which}': sqlite or postgres`);
+  return testPostgres().createDb();
 }
 
 type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
@@ -63,6 +75,8 @@ export async function startHarness(
     ...(over as Partial<Config>),
     listen: '127.0.0.1:0',
     dataDir,
+    // UNIHOST_TEST_STORE=postgres: the same tests on a fresh database of the test process's own PostgreSQL
+    store: { ...DEFAULTS.store, url: await testStoreUrl(), ...over.store },
     // harness daemons leave the host's KSM setting alone unless a test asks (test/vm/adopt.test.ts runs the real `serve`, defaults included)
     machines: { ...DEFAULTS.machines, ksm: false, ...over.machines },
     network: { ...DEFAULTS.network, ...over.network },
@@ -93,6 +107,7 @@ export async function startHarness(
     daemon,
     url: daemon.url,
     dataDir,
+    storeUrl: config.store.url,
     async image(ref, extra = {}) {
       const digest = `sha256:${createHash('sha256').update(ref).digest('hex')}`;
       const slash = ref.indexOf('/');
@@ -141,6 +156,7 @@ export async function startHarness(
           done = true;
           off();
           clearTimeout(timer);
+          clearInterval(poll);
           f();
         };
         const run = () =>
@@ -148,9 +164,13 @@ export async function startHarness(
             (v) => v && finish(() => resolve(v)),
             (e) => finish(() => reject(e)),
           );
-        const off = daemon.store.onChange(() => run());
+        const off = daemon.store.watch('now', () => run());
+        const poll = setInterval(run, 50);
         const timer = setTimeout(
-          () => finish(() => reject(new Error(`until: condition not met within ${timeoutMs} ms`))),
+          () =>
+            finish(() =>
+              reject(new Error(`until: condition not met within ${timeoutMs} ms: ${String(check).slice(0, 300)}`)),
+            ),
           timeoutMs,
         );
         run();

@@ -1,7 +1,10 @@
 import type { Controller } from '../../src/daemon.js';
 import { MEMORY_VM_STATS } from '../../src/machines/memory.js';
 import type { Services } from '../../src/services/index.js';
-import type { InstanceRec } from '../../src/store/types.js';
+import { fire } from '../../src/domain/instance-states.js';
+import { LocalFigures } from '../../src/reconcile/figures.js';
+import type { GatewayController } from '../../src/reconcile/gateway.js';
+import type { AutoscaleController } from '../../src/reconcile/autoscale.js';
 
 export interface SimStats {
   cpuMs: number;
@@ -37,8 +40,7 @@ export function simMachines(
       if (i.state === 'starting' && i.desired === 'running') {
         up.add(i.id);
         // fixed timings, so tests can tell developer-only fields from absent ones
-        await tx.instances.update(i.id, {
-          state: 'running',
+        await fire(tx, i, 'booted', {
           start_count: i.start_count + 1,
           started_at: now,
           boot_time_us: 1000,
@@ -49,11 +51,11 @@ export function simMachines(
         });
       } else if ((i.state === 'stopping' || i.state === 'draining') && i.desired === 'running') {
         // a start that came during the stop: the "VM" ends and boots again
-        await tx.instances.update(i.id, { state: 'starting', stop_request: null });
+        const stopped = await fire(tx, i, 'exited', { stop_request: null });
+        if (stopped) await fire(tx, stopped, 'start');
       } else if ((i.state === 'stopping' || i.state === 'draining') && i.desired === 'stopped') {
         const r = i.stop_request;
-        const patch: Partial<InstanceRec> = {
-          state: r?.standby ? 'standby' : 'stopped',
+        const effects = {
           stopped_at: now,
           stop_reason: r?.force ? 28 : r?.by === 'platform' ? 7 : 15,
           exit_code: r?.force ? null : 0,
@@ -63,7 +65,7 @@ export function simMachines(
         };
         if (i.features.includes('delete-on-stop'))
           await s.instances.deleteInTx(tx, (await tx.users.get(i.user_id))!, i);
-        else await tx.instances.update(i.id, patch);
+        else if (!(r?.standby && (await fire(tx, i, 'slept', effects)))) await fire(tx, i, 'exited', effects);
       }
     });
   };
@@ -83,11 +85,11 @@ export function simMachines(
       pending.add(p);
     });
   };
-  return {
+  const sim: Controller & { stats(id: string): SimStats | undefined; pause(on: boolean): void } = {
     async start() {
-      off = s.store.onChange((c) => {
-        if (c.kind === 'instance') later(() => step(c.id));
-        if (c.kind === 'volume') later(() => volume(c.id));
+      off = s.store.watch('now', (e) => {
+        if (e.type === 'change' && e.kind === 'instance') later(() => step(e.id));
+        if (e.type === 'change' && e.kind === 'volume') later(() => volume(e.id));
       });
     },
     stats(id) {
@@ -102,4 +104,28 @@ export function simMachines(
       await Promise.allSettled([...pending]);
     },
   };
+  // what the daemon's wiring does for the real machine controller (src/controllers.ts)
+  wireFigures(s, { sim });
+  return sim;
+}
+
+/**
+ * The services' live figures from the controllers a test wires by hand, as
+ * src/controllers.ts does for the daemon's own: named one by one.
+ */
+export function wireFigures(
+  s: Services,
+  o: {
+    sim?: { stats(id: string): SimStats | undefined };
+    gateway?: GatewayController;
+    autoscale?: AutoscaleController;
+  },
+): void {
+  s.figures = new LocalFigures({
+    vm: o.sim && ((id) => o.sim!.stats(id)),
+    connections: o.gateway && ((id) => o.gateway!.connections(id)),
+    gateway: o.gateway && (() => o.gateway!.dataPlane!.counters()),
+    cpuMillicores: o.autoscale && ((id) => o.autoscale!.cpuMillicores(id)),
+    decisions: o.autoscale && (() => o.autoscale!.decisionCounts()),
+  });
 }

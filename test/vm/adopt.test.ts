@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { request } from 'undici';
 import { pathsFor } from '../../src/paths.js';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
+import { overwrite } from '../../src/reconcile/testing/machine-world.js';
 import { alive, guestOut, killLeaks, poll, qemuProcs, ROOT } from '../helpers/vm.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -238,7 +239,7 @@ test('crash windows: a VM whose pid was never stored, or whose instance was dele
   // `gone` deleted (committed) but its VM not killed yet
   const store = new SqliteStore(pathsFor(dir).db);
   await store.tx(async (tx) => {
-    await tx.instances.update(ids.lost!, { state: 'starting', desired: 'running', runtime: {} });
+    await overwrite(tx, ids.lost!, { state: 'starting', desired: 'running', runtime: {} });
     await tx.instances.delete(ids.gone!);
   });
   await store.close();

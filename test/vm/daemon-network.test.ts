@@ -192,7 +192,7 @@ if (!insideTestNetns()) {
     });
 
     test('the gateway publishes a group of real guests: TLS, balancing, routing per user, redirect, drain', async () => {
-      const gwc = h.daemon.services.controllers!.find(
+      const gwc = h.daemon.controllers.find(
         (c) => (c as GatewayController).dataPlane !== undefined && 'ca' in (c as object),
       ) as GatewayController;
       const services = [

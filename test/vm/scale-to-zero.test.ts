@@ -93,7 +93,7 @@ if (!insideTestNetns()) {
       writeFileSync(junk, '#!/bin/sh\necho this is a shell script, not a kernel\n');
       await images.importKernel('junk:latest', { kernel: junk, machine: 'pc' });
       t = await h.user('stz');
-      gwc = h.daemon.services.controllers!.find(
+      gwc = h.daemon.controllers.find(
         (c) => (c as GatewayController).dataPlane !== undefined && 'waker' in (c as object),
       ) as GatewayController;
       ca = readFileSync(gwc.ca!.caPath, 'utf8');
@@ -168,7 +168,7 @@ if (!insideTestNetns()) {
       // Its kernel can no longer boot: the record is pointed at a file QEMU refuses.
       const junk = await h.daemon.store.read((tx) => tx.images.tag('junk:latest'));
       assert.ok(junk, 'junk image imported');
-      await h.daemon.store.tx((tx) => tx.instances.update(web.uuid, { image: junk.digest }));
+      await h.daemon.store.tx((tx) => tx.instances.updateSpec(web.uuid, { image: junk.digest }));
       const agent = new Agent({ connect: { ca, servername: web.fqdn } });
       try {
         const t0 = Date.now();

@@ -129,7 +129,7 @@ if (!insideTestNetns()) {
       assert.equal(direct.statusCode, 200);
       assert.match(await direct.body.text(), /Hello from Unikraft!/);
 
-      const gwc = h.daemon.services.controllers!.find(
+      const gwc = h.daemon.controllers.find(
         (c) => (c as GatewayController).dataPlane !== undefined && 'ca' in (c as object),
       ) as GatewayController;
       const fqdn: string = e.service_group.domains[0].fqdn;

@@ -7,21 +7,26 @@ import type { Hard, Limits } from '../../store/types.js';
 interface GlobalOpts {
   dataDir?: string;
   config?: string;
+  store?: string;
 }
 
-/** Opens the daemon's store directly (SQLite WAL allows this while the daemon runs). */
+/**
+ * Opens the daemon's store directly, as the daemon's settings name it
+ * (`--store`, `UNIHOST_STORE`, `store.url`; SQLite's WAL and PostgreSQL
+ * both allow this while daemons run: they see the change on their feed).
+ */
 export async function withServices<T>(
   o: GlobalOpts,
   fn: (s: ReturnType<typeof createServices>, c: Config) => Promise<T>,
 ): Promise<T> {
-  const config = loadConfig({ dataDir: o.dataDir, config: o.config });
+  const config = loadConfig({ dataDir: o.dataDir, config: o.config, ...(o.store ? { store: { url: o.store } } : {}) });
   // The store may be created here (first import before the first start): same modes as the daemon's.
   restrictFileModes(config.dataDir);
   // loaded here, not at the top: client commands start faster without the store's modules
   const { createServices } = await import('../../services/index.js');
   const { pathsFor } = await import('../../paths.js');
-  const { SqliteStore } = await import('../../store/sqlite/index.js');
-  const store = new SqliteStore(pathsFor(config.dataDir).db);
+  const { openStore } = await import('../../store/open.js');
+  const store = await openStore(config.store.url, pathsFor(config.dataDir).db);
   try {
     return await fn(createServices(config, store), config);
   } finally {
@@ -66,6 +71,7 @@ export function registerAdmin(program: Command): void {
     .command('admin')
     .description('administer users, tokens and quotas (works on the data dir directly)')
     .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR)')
+    .option('--store <url>', 'the store: postgresql://USER@HOST/DB (env UNIHOST_STORE; default SQLite in the data dir)')
     .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)');
   const user = admin.command('user').description('manage users');
   user

@@ -14,6 +14,10 @@ export function registerImage(program: Command): void {
       .command('image')
       .description('import images (on the data dir directly) and list them')
       .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR)')
+      .option(
+        '--store <url>',
+        'the store: postgresql://USER@HOST/DB (env UNIHOST_STORE; default SQLite in the data dir)',
+      )
       .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)'),
   );
   registerImageImport(image);

@@ -12,8 +12,17 @@ import { ConsoleLog } from '../../machines/console-log.js';
 import type { MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../../machines/driver.js';
 import { parseControl } from '../../machines/stop-info.js';
 import { createServices, type Services } from '../../services/index.js';
+import { registerHost } from '../../services/hosts.js';
 import { SqliteStore } from '../../store/sqlite/index.js';
-import type { InstanceRec, UserRec } from '../../store/types.js';
+import {
+  SPEC_FIELDS,
+  type InstanceRec,
+  type SpecPatch,
+  type StatusPatch,
+  type StopRequest,
+  type Tx,
+  type UserRec,
+} from '../../store/types.js';
 import type { TimerApi } from '../engine.js';
 import { MachineController } from '../machines.js';
 import { MemoryVolumes } from '../../volumes/memory.js';
@@ -169,6 +178,7 @@ export async function world(
   const config: Config = { ...DEFAULTS, dataDir: dir, capacity: { ...DEFAULTS.capacity, ...opts.capacity } };
   const time = new FakeTime();
   const s = createServices(config, new SqliteStore(join(dir, 'unihost.db')), { now: () => time.now });
+  s.hostId = (await registerHost(s.store, 'test-host', s.clock)).id;
   let d!: FakeDriver;
   const errors: string[] = [];
   const volumes = new MemoryVolumes();
@@ -258,3 +268,20 @@ export async function running(w: World, extra: Record<string, unknown> = {}): Pr
 
 export const logText = (w: World, id: string): string =>
   new ConsoleLog(w.s.paths.instance(id)).read(0, 1 << 20).output.toString('utf8');
+
+/**
+ * Writes a record as a crash would have left it (tests of crash windows
+ * only): spec fields as a service, `state` and `stop_request` past the state
+ * table, the rest as a reconciler.
+ */
+export async function overwrite(tx: Tx, id: string, patch: Partial<InstanceRec>): Promise<void> {
+  const cur = (await tx.instances.getAny(id))!;
+  const spec: SpecPatch = {};
+  const status: StatusPatch & { stop_request?: StopRequest | null } = {};
+  for (const [k, v] of Object.entries(patch)) {
+    if ((SPEC_FIELDS as readonly string[]).includes(k)) Object.assign(spec, { [k]: v });
+    else if (k !== 'state') Object.assign(status, { [k]: v });
+  }
+  if (Object.keys(spec).length > 0) await tx.instances.updateSpec(id, spec);
+  await tx.instances.setState(id, cur.state, patch.state ?? cur.state, status);
+}

@@ -176,4 +176,83 @@ export const MIGRATIONS: string[] = [
   ALTER TABLE certificates ADD COLUMN source TEXT NOT NULL DEFAULT 'acme';
   ALTER TABLE certificates ADD COLUMN names TEXT NOT NULL DEFAULT '[]';
   `,
+  /*
+   * 4: the state boundary (docs/architecture.md, "Store"). The instance is
+   * split into its spec (what the user asked; services write it) and its
+   * status (what the host observes; the reconcilers write it, `state` only
+   * through the state table); `host_id` places it. The change feed: every
+   * commit appends its changes to `changes`, whose revisions watchers follow.
+   * The store itself appends instance events (with the state change, in the
+   * same transaction), so the triggers go. `figures`: live figures (CPU,
+   * gateway counters) one process publishes for API servers elsewhere.
+   */ `
+  DROP TRIGGER events_instance_created;
+  DROP TRIGGER events_instance_state;
+  DROP TRIGGER events_instance_deleted;
+
+  CREATE TABLE hosts (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    created_at TEXT NOT NULL
+  );
+
+  CREATE TABLE instance_status (
+    id TEXT PRIMARY KEY REFERENCES instances(id) ON DELETE CASCADE,
+    state TEXT NOT NULL,
+    stop_request TEXT,
+    start_count INTEGER NOT NULL DEFAULT 0,
+    started_at TEXT,
+    stopped_at TEXT,
+    uptime_ms INTEGER NOT NULL DEFAULT 0,
+    boot_time_us INTEGER,
+    stop_reason INTEGER,
+    exit_code INTEGER,
+    stop_code INTEGER,
+    vmm_start_time_us INTEGER,
+    vmm_load_time_us INTEGER,
+    vmm_ready_time_us INTEGER,
+    net_time_us INTEGER,
+    restart_attempt INTEGER NOT NULL DEFAULT 0,
+    restart_next_at TEXT,
+    restart_count INTEGER NOT NULL DEFAULT 0,
+    runtime TEXT NOT NULL DEFAULT '{}'
+  );
+  INSERT INTO instance_status SELECT id, state, stop_request, start_count, started_at, stopped_at, uptime_ms,
+    boot_time_us, stop_reason, exit_code, stop_code, vmm_start_time_us, vmm_load_time_us, vmm_ready_time_us,
+    net_time_us, restart_attempt, restart_next_at, restart_count, runtime FROM instances;
+  CREATE INDEX instance_status_state ON instance_status(state);
+  ALTER TABLE instances DROP COLUMN state;
+  ALTER TABLE instances DROP COLUMN stop_request;
+  ALTER TABLE instances DROP COLUMN start_count;
+  ALTER TABLE instances DROP COLUMN started_at;
+  ALTER TABLE instances DROP COLUMN stopped_at;
+  ALTER TABLE instances DROP COLUMN uptime_ms;
+  ALTER TABLE instances DROP COLUMN boot_time_us;
+  ALTER TABLE instances DROP COLUMN stop_reason;
+  ALTER TABLE instances DROP COLUMN exit_code;
+  ALTER TABLE instances DROP COLUMN stop_code;
+  ALTER TABLE instances DROP COLUMN vmm_start_time_us;
+  ALTER TABLE instances DROP COLUMN vmm_load_time_us;
+  ALTER TABLE instances DROP COLUMN vmm_ready_time_us;
+  ALTER TABLE instances DROP COLUMN net_time_us;
+  ALTER TABLE instances DROP COLUMN restart_attempt;
+  ALTER TABLE instances DROP COLUMN restart_next_at;
+  ALTER TABLE instances DROP COLUMN restart_count;
+  ALTER TABLE instances DROP COLUMN runtime;
+  -- placed on the daemon's own host when it next starts (one host for now)
+  ALTER TABLE instances ADD COLUMN host_id TEXT REFERENCES hosts(id);
+
+  CREATE TABLE changes (
+    rev INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL
+  );
+
+  -- live figures a process publishes for the others (not announced on the feed)
+  CREATE TABLE figures (
+    source TEXT PRIMARY KEY,
+    at TEXT NOT NULL,
+    data TEXT NOT NULL
+  );
+  `,
 ];

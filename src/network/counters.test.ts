@@ -4,7 +4,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { tapName } from '../network/host.js';
-import { tapCounters } from './instance-metrics.js';
+import { tapCounters } from './counters.js';
 
 test('tap counters are turned around: what the host tap sends, the guest received', () => {
   const sys = mkdtempSync(join(tmpdir(), 'uh-sysnet-'));

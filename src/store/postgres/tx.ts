@@ -1,0 +1,354 @@
+import { err } from '../../errors.js';
+import { cols, INSTANCE_JSON, pick, SPECS, type Row, type TableSpec } from '../tables.js';
+import {
+  SPEC_FIELDS,
+  STATUS_FIELDS,
+  type AutoscaleRec,
+  type Change,
+  type DomainRec,
+  type EventRec,
+  type HostRec,
+  type ImageRec,
+  type InstanceRec,
+  type InstanceState,
+  type TagRec,
+  type TokenRec,
+  type Tx,
+  type Used,
+  type UserRec,
+  type UserTable,
+} from '../types.js';
+
+/** Runs one statement with `$n` parameters on the transaction's connection. */
+export type Query = (text: string, params?: unknown[]) => Promise<Row[]>;
+
+/** An instance event as the store appends it at commit. */
+export type EventRow = Omit<EventRec, 'id'>;
+
+/** What a transaction under way has changed: announced on the feed, and its events, at commit. */
+export interface Pending {
+  changes: Map<string, Change>;
+  events: EventRow[];
+}
+
+const INSTANCE_SPEC: TableSpec = { ...SPECS.instances, json: INSTANCE_JSON };
+const STATUS_ONLY = new Set<string>(STATUS_FIELDS);
+const SPEC_ONLY = new Set<string>(SPEC_FIELDS);
+const SELECT_INSTANCE = 'SELECT * FROM instances JOIN instance_status USING (id)';
+
+/** A row as a record: the ordering column goes (jsonb, booleans and int8 come decoded by the client). */
+function fromRow<T>(row: Row | undefined): T | undefined {
+  if (!row) return undefined;
+  delete row.seq;
+  return row as T;
+}
+
+/** The columns and `$n` placeholders of a record's values; JSON columns are cast to jsonb. */
+function valuesOf(spec: TableSpec, rec: object, first = 1): { names: string[]; marks: string[]; params: unknown[] } {
+  const names = cols(rec);
+  const params: unknown[] = [];
+  const marks = names.map((k, i) => {
+    const v = (rec as Row)[k];
+    const json = spec.json.includes(k);
+    // jsonb parameters take the value itself: the client encodes what the server says is jsonb
+    params.push(v === undefined ? null : v);
+    return `$${first + i}${json ? '::jsonb' : ''}`;
+  });
+  return { names, marks, params };
+}
+
+/** Refuses a patch with fields of the other side of the state boundary (a bug, never client input). */
+function onlyFields(patch: object, allowed: Set<string>, what: string): void {
+  for (const k of Object.keys(patch))
+    if (!allowed.has(k) || k === 'id') throw err('UH_INTERNAL', `'${k}' is not a field ${what} may write`);
+}
+
+export function makeTx(q: Query, pending: Pending | null): Tx {
+  const cur = (): Pending => {
+    if (!pending) throw err('UH_INTERNAL', 'write outside a transaction');
+    return pending;
+  };
+  const write = (spec: TableSpec, id: string): void => {
+    cur().changes.set(`${spec.kind}:${id}`, { kind: spec.kind, id });
+  };
+  const one = async <T>(sql: string, ...p: unknown[]): Promise<T | undefined> => fromRow<T>((await q(sql, p))[0]);
+  const many = async <T>(sql: string, ...p: unknown[]): Promise<T[]> => (await q(sql, p)).map((r) => fromRow<T>(r)!);
+  const insertRow = async (spec: TableSpec, rec: object): Promise<void> => {
+    const v = valuesOf(spec, rec);
+    await q(`INSERT INTO ${spec.table} (${v.names.join(',')}) VALUES (${v.marks.join(',')})`, v.params);
+  };
+  const insert = async (spec: TableSpec, rec: object): Promise<void> => {
+    cur();
+    await insertRow(spec, rec);
+    write(spec, String((rec as Row)[spec.key]));
+  };
+  const updateRow = async (spec: TableSpec, id: string, patch: object): Promise<boolean> => {
+    const row: Row = { ...patch };
+    delete row[spec.key];
+    const v = valuesOf(spec, row, 2);
+    if (v.names.length === 0) return false;
+    const set = v.names.map((k, i) => `${k}=${v.marks[i]}`).join(',');
+    await q(`UPDATE ${spec.table} SET ${set} WHERE ${spec.key}=$1`, [id, ...v.params]);
+    return true;
+  };
+  const update = async (spec: TableSpec, id: string, patch: object): Promise<void> => {
+    cur();
+    if (await updateRow(spec, id, patch)) write(spec, id);
+  };
+  const del = async (spec: TableSpec, id: string): Promise<void> => {
+    cur();
+    await q(`DELETE FROM ${spec.table} WHERE ${spec.key}=$1`, [id]);
+    write(spec, id);
+  };
+  /** ` AND col=$n` conditions of a filter object (null matches NULL). */
+  const where = (spec: TableSpec, filter: object, first: number): { cond: string; params: unknown[] } => {
+    const params: unknown[] = [];
+    const cond = cols(filter)
+      .map((k) => {
+        const v = (filter as Row)[k];
+        if (v === null) return ` AND ${k} IS NULL`;
+        params.push(v);
+        return ` AND ${k}=$${first + params.length - 1}${spec.json.includes(k) ? '::jsonb' : ''}`;
+      })
+      .join('');
+    return { cond, params };
+  };
+  const event = (i: Pick<InstanceRec, 'id' | 'user_id' | 'name' | 'service_group_id'>, e: Partial<EventRow>): void => {
+    cur().events.push({
+      at: new Date().toISOString(),
+      user_id: i.user_id,
+      instance_id: i.id,
+      instance_name: i.name,
+      group_id: i.service_group_id,
+      type: 'state',
+      from_state: null,
+      to_state: null,
+      ...e,
+    });
+  };
+  const userTable = <T extends { id: string; user_id: string; name: string }>(spec: TableSpec): UserTable<T> => ({
+    get: (userId, id) => one<T>(`SELECT * FROM ${spec.table} WHERE id=$1 AND user_id=$2`, id, userId),
+    getByName: (userId, name) => one<T>(`SELECT * FROM ${spec.table} WHERE user_id=$1 AND name=$2`, userId, name),
+    list: async (userId, filter = {}) => {
+      const w = where(spec, filter, 2);
+      return many<T>(`SELECT * FROM ${spec.table} WHERE user_id=$1${w.cond} ORDER BY seq`, userId, ...w.params);
+    },
+    insert: (rec) => insert(spec, rec),
+    update: (id, patch) => update(spec, id, patch),
+    delete: (id) => del(spec, id),
+  });
+  const stateOf = (id: string) =>
+    one<Pick<InstanceRec, 'id' | 'user_id' | 'name' | 'service_group_id' | 'state'>>(
+      'SELECT id, user_id, name, service_group_id, state FROM instances JOIN instance_status USING (id) WHERE id=$1',
+      id,
+    );
+
+  const S = SPECS;
+  const instances: Tx['instances'] = {
+    get: (userId, id) => one<InstanceRec>(`${SELECT_INSTANCE} WHERE id=$1 AND user_id=$2`, id, userId),
+    getByName: (userId, name) => one<InstanceRec>(`${SELECT_INSTANCE} WHERE user_id=$1 AND name=$2`, userId, name),
+    list: async (userId, filter = {}) => {
+      const w = where(INSTANCE_SPEC, filter, 2);
+      return many<InstanceRec>(`${SELECT_INSTANCE} WHERE user_id=$1${w.cond} ORDER BY seq`, userId, ...w.params);
+    },
+    insert: async (rec) => {
+      cur();
+      await insertRow(S.instances, pick(rec as unknown as Row, SPEC_FIELDS));
+      await insertRow(S.status, { id: rec.id, ...pick(rec as unknown as Row, STATUS_FIELDS) });
+      write(S.instances, rec.id);
+      event(rec, { type: 'created', to_state: rec.state });
+    },
+    updateSpec: async (id, patch) => {
+      onlyFields(patch, SPEC_ONLY, 'a service');
+      await update(S.instances, id, patch);
+    },
+    updateStatus: async (id, patch) => {
+      onlyFields(patch, STATUS_ONLY, 'a reconciler');
+      if ('state' in patch || 'stop_request' in patch)
+        throw err('UH_INTERNAL', 'state and stop_request change only through the state table');
+      await update(S.status, id, patch);
+    },
+    setState: async (id, from, to, patch) => {
+      onlyFields(patch, STATUS_ONLY, 'a trigger');
+      cur();
+      const i = await stateOf(id);
+      if (!i) throw err('UH_NOT_FOUND', `instance ${id} was deleted meanwhile`);
+      if (i.state !== from) throw err('UH_CONFLICT', `instance '${i.name}' is ${i.state}, not ${from}`);
+      await updateRow(S.status, id, { ...patch, state: to });
+      write(S.instances, id);
+      if (from !== to) event(i, { type: 'state', from_state: from, to_state: to });
+    },
+    delete: async (id) => {
+      cur();
+      const i = await stateOf(id);
+      if (!i) return;
+      await q('DELETE FROM instances WHERE id=$1', [id]);
+      write(S.instances, id);
+      event(i, { type: 'deleted', from_state: i.state });
+    },
+    getAny: (id) => one<InstanceRec>(`${SELECT_INSTANCE} WHERE id=$1`, id),
+    all: () => many<InstanceRec>(`${SELECT_INSTANCE} ORDER BY seq`),
+    listJson: async (userId, state?: InstanceState) =>
+      String(
+        (
+          await q(
+            `SELECT coalesce(json_agg(json_build_object('uuid', id, 'name', name) ORDER BY seq), '[]'::json)::text AS j
+               FROM instances JOIN instance_status USING (id) WHERE user_id=$1 AND ($2::text IS NULL OR state=$2)`,
+            [userId, state ?? null],
+          )
+        )[0]!.j,
+      ),
+    getByIp: (ip) => one<InstanceRec>(`${SELECT_INSTANCE} WHERE private_ip=$1`, ip),
+    hostLive: async () =>
+      (
+        await q(
+          `SELECT count(*)::int AS vms, coalesce(sum(memory_mb),0)::int AS memory_mb
+             FROM instances JOIN instance_status USING (id) WHERE state<>'stopped'`,
+        )
+      )[0] as { vms: number; memory_mb: number },
+    ipTaken: async (ip) => (await q('SELECT 1 FROM instances WHERE private_ip=$1', [ip])).length > 0,
+    lastIp: async () =>
+      (await q('SELECT private_ip FROM instances WHERE private_ip IS NOT NULL ORDER BY seq DESC LIMIT 1'))[0]
+        ?.private_ip as string | undefined,
+    inGroup: (groupId) => many<InstanceRec>(`${SELECT_INSTANCE} WHERE service_group_id=$1 ORDER BY seq`, groupId),
+    listIds: (userId, state?: InstanceState) =>
+      many<{ id: string; name: string }>(
+        `SELECT id, name FROM instances JOIN instance_status USING (id)
+           WHERE user_id=$1 AND ($2::text IS NULL OR state=$2) ORDER BY seq`,
+        userId,
+        state ?? null,
+      ),
+  };
+
+  return {
+    users: {
+      get: (id) => one<UserRec>('SELECT * FROM users WHERE id=$1', id),
+      getByName: (name) => one<UserRec>('SELECT * FROM users WHERE name=$1', name),
+      insert: (rec) => insert(S.users, rec),
+      update: (id, patch) => update(S.users, id, patch),
+      list: () => many<UserRec>('SELECT * FROM users ORDER BY seq'),
+    },
+    tokens: {
+      listForUser: (userId) => many<TokenRec>('SELECT * FROM tokens WHERE user_id=$1', userId),
+      insert: (rec) => insert(S.tokens, rec),
+      delete: (id) => del(S.tokens, id),
+    },
+    events: {
+      after: (userId, after, f, limit) =>
+        many<EventRec>(
+          `SELECT * FROM events WHERE user_id=$1 AND id>$2 AND ($3::text IS NULL OR instance_id=$3)
+             AND ($4::text IS NULL OR instance_name=$4) AND ($5::text IS NULL OR group_id=$5) ORDER BY id LIMIT $6`,
+          userId,
+          after,
+          f.instanceId ?? null,
+          f.instanceName ?? null,
+          f.groupId ?? null,
+          limit,
+        ),
+      lastId: async () => Number((await q('SELECT coalesce(max(id), 0) AS id FROM events'))[0]!.id),
+    },
+    instances,
+    hosts: {
+      get: (id) => one<HostRec>('SELECT * FROM hosts WHERE id=$1', id),
+      getByName: (name) => one<HostRec>('SELECT * FROM hosts WHERE name=$1', name),
+      insert: (rec) => insert(S.hosts, rec),
+      list: () => many<HostRec>('SELECT * FROM hosts ORDER BY seq'),
+    },
+    groups: {
+      ...userTable(S.groups),
+      getAnyUser: (id) => one('SELECT * FROM service_groups WHERE id=$1', id),
+      all: () => many('SELECT * FROM service_groups ORDER BY seq'),
+    },
+    domains: {
+      get: (fqdn) => one<DomainRec>('SELECT * FROM domains WHERE fqdn=$1', fqdn),
+      forGroup: (groupId) => many<DomainRec>('SELECT * FROM domains WHERE group_id=$1 ORDER BY seq', groupId),
+      forCertificate: (certId) => many<DomainRec>('SELECT * FROM domains WHERE certificate_id=$1 ORDER BY seq', certId),
+      insert: (rec) => insert(S.domains, rec),
+      deleteForGroup: async (groupId) => {
+        cur();
+        await q('DELETE FROM domains WHERE group_id=$1', [groupId]);
+        write(S.domains, groupId);
+      },
+    },
+    volumes: {
+      ...userTable(S.volumes),
+      forInstance: (instanceId) => many('SELECT * FROM volumes WHERE instance_id=$1 ORDER BY seq', instanceId),
+      all: () => many('SELECT * FROM volumes ORDER BY seq'),
+      getAny: (id) => one('SELECT * FROM volumes WHERE id=$1', id),
+    },
+    certificates: {
+      ...userTable(S.certificates),
+      all: () => many('SELECT * FROM certificates ORDER BY seq'),
+    },
+    autoscale: {
+      get: (groupId) => one<AutoscaleRec>('SELECT * FROM autoscale WHERE group_id=$1', groupId),
+      forMaster: (id) => one<AutoscaleRec>('SELECT * FROM autoscale WHERE master_id=$1', id),
+      insert: (rec) => insert(S.autoscale, rec),
+      update: (groupId, patch) => update(S.autoscale, groupId, patch),
+      delete: (groupId) => del(S.autoscale, groupId),
+    },
+    images: {
+      get: (digest) => one<ImageRec>('SELECT * FROM images WHERE digest=$1', digest),
+      upsert: async (rec) => {
+        cur();
+        await q(
+          `INSERT INTO images (digest, namespace, size_in_bytes, initrd, args, kernel_args, min_memory_mb, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (digest) DO UPDATE SET size_in_bytes=excluded.size_in_bytes, initrd=excluded.initrd,
+               args=excluded.args, kernel_args=excluded.kernel_args, min_memory_mb=excluded.min_memory_mb`,
+          [
+            rec.digest,
+            rec.namespace,
+            rec.size_in_bytes,
+            rec.initrd,
+            rec.args,
+            rec.kernel_args,
+            rec.min_memory_mb,
+            rec.created_at,
+          ],
+        );
+        write(S.images, rec.digest);
+      },
+      list: () => many<ImageRec>('SELECT * FROM images ORDER BY seq'),
+      tags: () => many<TagRec>('SELECT * FROM tags ORDER BY ref'),
+      tag: (ref) => one<TagRec>('SELECT * FROM tags WHERE ref=$1', ref),
+      setTag: async (rec) => {
+        cur();
+        await q(
+          `INSERT INTO tags (ref, namespace, digest) VALUES ($1, $2, $3)
+             ON CONFLICT (ref) DO UPDATE SET digest=excluded.digest`,
+          [rec.ref, rec.namespace, rec.digest],
+        );
+        write(S.tags, rec.ref);
+      },
+    },
+    figures: {
+      put: async (source, at, data) => {
+        cur();
+        await q(
+          `INSERT INTO figures (source, at, data) VALUES ($1, $2, $3::jsonb)
+             ON CONFLICT (source) DO UPDATE SET at=excluded.at, data=excluded.data`,
+          [source, at, data],
+        );
+      },
+      list: async () =>
+        (await q('SELECT source, at, data FROM figures ORDER BY source')).map((r) => ({
+          source: String(r.source),
+          at: String(r.at),
+          data: r.data as unknown,
+        })),
+    },
+    usage: async (userId) => (await q(USAGE_SQL, [userId]))[0] as unknown as Used,
+  };
+}
+
+const USAGE_SQL = `SELECT
+  (SELECT count(*)::int FROM instances WHERE user_id=$1) AS instances,
+  (SELECT count(*)::int FROM instances JOIN instance_status USING (id)
+     WHERE user_id=$1 AND state<>'stopped') AS live_instances,
+  (SELECT coalesce(sum(memory_mb),0)::int FROM instances JOIN instance_status USING (id)
+     WHERE user_id=$1 AND state<>'stopped') AS live_memory_mb,
+  (SELECT count(*)::int FROM service_groups WHERE user_id=$1) AS service_groups,
+  (SELECT coalesce(sum(jsonb_array_length(services)),0)::int FROM service_groups WHERE user_id=$1) AS services,
+  (SELECT count(*)::int FROM volumes WHERE user_id=$1) AS volumes,
+  (SELECT coalesce(sum(size_mb),0)::int FROM volumes WHERE user_id=$1) AS total_volume_mb`;

@@ -1,0 +1,50 @@
+/**
+ * How records map to rows, shared by both stores: which columns hold JSON,
+ * which hold booleans, and what a change of each table is announced as on
+ * the change feed.
+ */
+import { err } from '../errors.js';
+import type { ChangeKind } from './types.js';
+
+export type Row = Record<string, unknown>;
+
+export interface TableSpec {
+  table: string;
+  key: string;
+  kind: ChangeKind;
+  json: readonly string[];
+  bool: readonly string[];
+}
+
+export const SPECS = {
+  users: { table: 'users', key: 'id', kind: 'user', json: ['quotas'], bool: ['developer'] },
+  tokens: { table: 'tokens', key: 'id', kind: 'user', json: [], bool: [] },
+  instances: { table: 'instances', key: 'id', kind: 'instance', json: ['args', 'env', 'features'], bool: [] },
+  status: { table: 'instance_status', key: 'id', kind: 'instance', json: ['stop_request', 'runtime'], bool: [] },
+  hosts: { table: 'hosts', key: 'id', kind: 'host', json: [], bool: [] },
+  groups: { table: 'service_groups', key: 'id', kind: 'group', json: ['services'], bool: ['persistent'] },
+  domains: { table: 'domains', key: 'fqdn', kind: 'group', json: [], bool: [] },
+  volumes: { table: 'volumes', key: 'id', kind: 'volume', json: [], bool: ['persistent', 'readonly'] },
+  certificates: { table: 'certificates', key: 'id', kind: 'certificate', json: ['names'], bool: [] },
+  autoscale: { table: 'autoscale', key: 'group_id', kind: 'autoscale', json: ['policies'], bool: ['enabled'] },
+  images: { table: 'images', key: 'digest', kind: 'image', json: [], bool: ['initrd'] },
+  tags: { table: 'tags', key: 'ref', kind: 'image', json: [], bool: [] },
+} as const satisfies Record<string, TableSpec>;
+
+/** An instance as read: both tables' columns (`id` once). */
+export const INSTANCE_JSON = [...SPECS.instances.json, ...SPECS.status.json] as const;
+
+/** Column names are fixed by the schema; refuse anything else before it reaches SQL text. */
+const IDENT = /^[a-z_][a-z0-9_]*$/;
+export function cols(obj: object): string[] {
+  const keys = Object.keys(obj);
+  for (const k of keys) if (!IDENT.test(k)) throw err('UH_INTERNAL', `bad column name ${k}`);
+  return keys;
+}
+
+/** Splits an object into the keys of `a` and the rest. */
+export function pick(obj: Row, keys: readonly string[]): Row {
+  const out: Row = {};
+  for (const k of keys) if (k in obj) out[k] = obj[k];
+  return out;
+}

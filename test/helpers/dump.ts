@@ -1,0 +1,55 @@
+/**
+ * Every row of every table of a harness's store, as one string: what a
+ * rejected request must leave alone (test/api/fuzz.test.ts). Read past the
+ * store's interface on purpose, so nothing the interface hides escapes.
+ */
+import Database from 'better-sqlite3';
+import postgres from 'postgres';
+import { pathsFor } from '../../src/paths.js';
+import { parseStoreUrl } from '../../src/store/url.js';
+
+export interface StoreDump {
+  snapshot(): Promise<string>;
+  close(): Promise<void>;
+}
+
+export function storeDump(dataDir: string, storeUrl: string): StoreDump {
+  const target = parseStoreUrl(storeUrl, pathsFor(dataDir).db);
+  if (target.kind === 'sqlite') {
+    const db = new Database(target.path, { readonly: true });
+    return {
+      async snapshot() {
+        const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all() as {
+          name: string;
+        }[];
+        return JSON.stringify(
+          tables.map((t) => [t.name, db.prepare(`SELECT * FROM "${t.name}" ORDER BY rowid`).all()]),
+        );
+      },
+      async close() {
+        db.close();
+      },
+    };
+  }
+  const sql = postgres({
+    host: target.host,
+    port: target.port,
+    database: target.database,
+    username: target.user,
+    max: 1,
+  });
+  return {
+    async snapshot() {
+      const tables = await sql`SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`;
+      const out: unknown[] = [];
+      for (const t of tables) {
+        const name = String(t.tablename);
+        out.push([name, await sql.unsafe(`SELECT * FROM "${name}" ORDER BY 1`)]);
+      }
+      return JSON.stringify(out);
+    },
+    async close() {
+      await sql.end();
+    },
+  };
+}

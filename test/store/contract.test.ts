@@ -1,0 +1,260 @@
+/**
+ * One contract, two stores: the same assertions against SQLite (a temp
+ * file) and PostgreSQL (a database of a throwaway server on a unix socket,
+ * test/helpers/postgres.ts). Two store objects on one database stand for two
+ * processes (two daemons, a daemon and the admin CLI).
+ */
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openStore } from '../../src/store/open.js';
+import type { FeedEvent, InstanceRec, Store, Tx } from '../../src/store/types.js';
+import { NEVER_RUN, fire } from '../../src/domain/instance-states.js';
+import { postgresMissing, testPostgres } from '../helpers/postgres.js';
+
+const dirs: string[] = [];
+after(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+interface Kind {
+  name: 'sqlite' | 'postgres';
+  /** a new empty database; `open` opens one more store object (another process) on it */
+  fresh(): Promise<{ open: () => Promise<Store> }>;
+}
+
+const KINDS: Kind[] = [
+  {
+    name: 'sqlite',
+    async fresh() {
+      const dir = mkdtempSync(join(tmpdir(), 'uh-store-'));
+      dirs.push(dir);
+      return { open: () => openStore('', join(dir, 'unihost.db')) };
+    },
+  },
+  {
+    name: 'postgres',
+    async fresh() {
+      const url = await testPostgres().createDb();
+      return { open: () => openStore(url, '/nonexistent/unused.db') };
+    },
+  },
+];
+
+const user = (name: string) => ({ id: randomUUID(), name, developer: false, created_at: '', quotas: {} });
+
+function instance(userId: string, name: string, hostId: string | null = null): InstanceRec {
+  return {
+    id: randomUUID(),
+    user_id: userId,
+    name,
+    created_at: new Date().toISOString(),
+    image: 'sha256:0',
+    image_ref: 'app:latest',
+    memory_mb: 16,
+    args: ['a b', 'c'],
+    env: { K: 'v' },
+    features: [],
+    restart_policy: 'never',
+    desired: 'stopped',
+    service_group_id: null,
+    private_ip: null,
+    mac: null,
+    nic_id: null,
+    autoscale_group_id: null,
+    host_id: hostId,
+    state: 'stopped',
+    ...NEVER_RUN,
+    runtime: {},
+  };
+}
+
+/** Collects feed events until `until` holds (or 5 s). */
+function collect(store: Store, from: number | 'now'): { events: FeedEvent[]; off: () => void } {
+  const events: FeedEvent[] = [];
+  const off = store.watch(from, (e) => events.push(e));
+  return { events, off };
+}
+
+async function eventually(cond: () => boolean, what: string, ms = 5000): Promise<void> {
+  const t0 = Date.now();
+  while (!cond()) {
+    if (Date.now() - t0 > ms) assert.fail(`not within ${ms} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+for (const kind of KINDS) {
+  const missing = kind.name === 'postgres' ? postgresMissing() : undefined;
+  describe(`store contract: ${kind.name}`, { skip: missing ?? false }, () => {
+    test('records round-trip: JSON, booleans, nulls, the spec and status halves of an instance', async () => {
+      const db = await kind.fresh();
+      const s = await db.open();
+      try {
+        const u = user('alice');
+        const i = instance(u.id, 'web');
+        await s.tx(async (tx) => {
+          await tx.users.insert(u);
+          await tx.instances.insert(i);
+        });
+        const got = await s.read((tx) => tx.instances.getAny(i.id));
+        assert.deepEqual(got, i);
+        assert.deepEqual(await s.read((tx) => tx.users.getByName('alice')), u);
+        await s.tx((tx) => tx.instances.updateStatus(i.id, { runtime: { pid: 7 }, uptime_ms: 2 ** 40 }));
+        const after1 = (await s.read((tx) => tx.instances.getAny(i.id)))!;
+        assert.deepEqual([after1.runtime, after1.uptime_ms], [{ pid: 7 }, 2 ** 40]);
+        await assert.rejects(
+          s.tx((tx) => tx.instances.updateStatus(i.id, { desired: 'running' } as never)),
+          /'desired' is not a field a reconciler may write/,
+        );
+        await assert.rejects(
+          s.tx((tx) => tx.instances.updateSpec(i.id, { state: 'running' } as never)),
+          /'state' is not a field a service may write/,
+        );
+        await assert.rejects(
+          s.read((tx) => tx.users.insert(user('bob'))),
+          /write outside a transaction/,
+        );
+      } finally {
+        await s.close();
+      }
+    });
+
+    test('state changes through setState only, from the stored state; each appends its event', async () => {
+      const db = await kind.fresh();
+      const s = await db.open();
+      try {
+        const u = user('alice');
+        const i = instance(u.id, 'web');
+        await s.tx(async (tx) => {
+          await tx.users.insert(u);
+          await tx.instances.insert(i);
+        });
+        await s.tx(async (tx) => {
+          const cur = (await tx.instances.getAny(i.id))!;
+          await fire(tx, cur, 'start', { stop_request: null });
+        });
+        // a decision made on a stale read (it still thinks `stopped`) is refused, nothing changes
+        await assert.rejects(
+          s.tx((tx) => tx.instances.setState(i.id, 'stopped', 'starting', {})),
+          (e: Error & { code?: string }) => e.code === 'UH_CONFLICT' && /is starting, not stopped/.test(e.message),
+        );
+        const events = await s.read((tx) => tx.events.after(u.id, 0, {}, 10));
+        assert.deepEqual(
+          events.map((e) => [e.type, e.from_state, e.to_state]),
+          [
+            ['created', null, 'stopped'],
+            ['state', 'stopped', 'starting'],
+          ],
+        );
+        await s.tx((tx) => tx.instances.delete(i.id));
+        const all = await s.read((tx) => tx.events.after(u.id, 0, {}, 10));
+        assert.deepEqual(all.at(-1)?.type, 'deleted');
+        assert.ok(
+          all.every((e, k) => k === 0 || e.id > all[k - 1]!.id),
+          'event ids increase',
+        );
+      } finally {
+        await s.close();
+      }
+    });
+
+    test('the change feed: every commit of any process, once, in commit order', async () => {
+      const db = await kind.fresh();
+      const a = await db.open();
+      const b = await db.open();
+      try {
+        const seen = collect(a, 'now');
+        const u = user('alice');
+        await b.tx((tx) => tx.users.insert(u)); // another process
+        const ids: string[] = [];
+        for (let k = 0; k < 20; k++) {
+          const i = instance(u.id, `i${k}`);
+          ids.push(i.id);
+          await (k % 2 ? a : b).tx((tx) => tx.instances.insert(i));
+        }
+        await eventually(() => seen.events.length >= 21, 'all 21 changes reach the watcher');
+        const changes = seen.events.filter((e) => e.type === 'change');
+        assert.deepEqual(
+          changes.map((e) => e.type === 'change' && `${e.kind}:${e.id}`),
+          [`user:${u.id}`, ...ids.map((id) => `instance:${id}`)],
+        );
+        assert.ok(
+          changes.every((e, k) => k === 0 || e.rev > changes[k - 1]!.rev),
+          'revisions increase',
+        );
+        // a late watcher replays from a revision
+        const late = collect(a, changes[10]!.rev);
+        await eventually(() => late.events.length >= 10, 'the backlog after revision 11');
+        assert.deepEqual(
+          late.events.map((e) => e.type === 'change' && e.id),
+          ids.slice(10),
+        );
+        seen.off();
+        late.off();
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+
+    test('concurrent transactions are serializable: a quota checked inside holds under 30 racing inserts', async () => {
+      const db = await kind.fresh();
+      const a = await db.open();
+      // SQLite serializes writers with a file lock that blocks the thread: two store objects in one
+      // process would wait on each other; its writers are the transactions of one object (one process)
+      const b = kind.name === 'sqlite' ? a : await db.open();
+      try {
+        const u = user('alice');
+        await a.tx((tx) => tx.users.insert(u));
+        const LIMIT = 7;
+        const tryCreate = async (s: Store, k: number): Promise<'ok' | 'quota' | 'exists'> =>
+          s.tx(async (tx: Tx) => {
+            if ((await tx.usage(u.id)).instances >= LIMIT) return 'quota';
+            const name = `n${k % 10}`; // names repeat: uniqueness under the same race
+            if (await tx.instances.getByName(u.id, name)) return 'exists';
+            await tx.instances.insert(instance(u.id, name));
+            return 'ok';
+          });
+        const results = await Promise.all(Array.from({ length: 30 }, (_, k) => tryCreate(k % 2 ? a : b, k)));
+        const n = (await a.read((tx) => tx.instances.listIds(u.id))).length;
+        assert.equal(n, LIMIT, `exactly the quota: ${JSON.stringify(results)}`);
+        assert.equal(results.filter((r) => r === 'ok').length, LIMIT);
+        const names = (await a.read((tx) => tx.instances.listIds(u.id))).map((r) => r.name);
+        assert.equal(new Set(names).size, names.length, 'no name twice');
+      } finally {
+        await a.close();
+        if (b !== a) await b.close();
+      }
+    });
+
+    test('two processes opening a new database together migrate it once', async () => {
+      const db = await kind.fresh();
+      const [a, b, c] = await Promise.all([db.open(), db.open(), db.open()]);
+      try {
+        const u = user('alice');
+        await a.tx((tx) => tx.users.insert(u));
+        assert.deepEqual(await c.read((tx) => tx.users.getByName('alice')), u);
+      } finally {
+        await Promise.all([a.close(), b.close(), c.close()]);
+      }
+    });
+
+    test("another process's commit moves the external version (caches of tokens drop)", async () => {
+      const db = await kind.fresh();
+      const a = await db.open();
+      const b = await db.open();
+      try {
+        const v0 = a.externalVersion();
+        await b.tx((tx) => tx.users.insert(user('carol')));
+        await eventually(() => a.externalVersion() !== v0, 'the external version moves');
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+  });
+}
