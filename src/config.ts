@@ -2,6 +2,7 @@ import { readFileSync, existsSync } from 'node:fs';
 import { homedir, hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Hard, Limits } from './store/types.js';
+import { checkConfigFile } from './config-schema.js';
 
 /** Daemon configuration: embedded defaults < config file < environment < flags. */
 export interface Config {
@@ -290,11 +291,14 @@ export function loadConfig(flags: DeepPartial<Config> & { config?: string }, env
   let fromFile: DeepPartial<Config> | undefined;
   if (file) {
     if (!existsSync(file)) throw new Error(`config file ${file} does not exist`);
+    let parsed: unknown;
     try {
-      fromFile = JSON.parse(readFileSync(file, 'utf8')) as DeepPartial<Config>;
+      parsed = JSON.parse(readFileSync(file, 'utf8'));
     } catch (e) {
       throw new Error(`config file ${file} is not valid JSON: ${(e as Error).message}`);
     }
+    checkConfigFile(parsed, file);
+    fromFile = parsed as DeepPartial<Config>;
   }
   const c = merge(merge(merge(DEFAULTS, fromFile), fromEnv(env)), flagValues);
   return c;
