@@ -109,7 +109,7 @@ function describe(path: string, message: string, schema: TSchema, value: unknown
   const at = path.replace(/^\//, '').replaceAll('/', '.') || '(top)';
   if (/unexpected property|additional propert/i.test(message)) return `${at}: unknown key (known: ${knownKeys(path)})`;
   if ((schema as { anyOf?: TSchema[] }).anyOf?.every((s) => (s as { const?: unknown }).const !== undefined))
-    return `${at}: ${JSON.stringify(value)} is not one of ${(schema as { anyOf: { const: unknown }[] }).anyOf.map((s) => s.const).join(', ')}`;
+    return `${at}: ${JSON.stringify(value)} is not one of ${(schema as unknown as { anyOf: { const: unknown }[] }).anyOf.map((s) => s.const).join(', ')}`;
   return `${at}: ${message.toLowerCase()} (got ${JSON.stringify(value)})`;
 }
 

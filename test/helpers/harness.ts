@@ -69,7 +69,8 @@ export async function startHarness(
   /** `logger`: where the daemon logs (default: silent, or the level in UNIHOST_TEST_LOG) */
   opts: { logger?: Logger } = {},
 ): Promise<Harness> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'unihost-test-'));
+  // a given data dir is used as it is (an upgrade test opens one an older release wrote) and removed at close
+  const dataDir = over.dataDir ?? mkdtempSync(join(tmpdir(), 'unihost-test-'));
   const config: Config = {
     ...DEFAULTS,
     ...(over as Partial<Config>),
