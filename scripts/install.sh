@@ -5,6 +5,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(qemu-system-x86 qemu-utils e2fsprogs iproute2 nftables busybox-static cpio gzip zstd lz4 xz-utils binutils curl ca-certificates pebble haproxy)
+# What only the test command needs (`install.sh --test`): a throwaway PostgreSQL server per test run.
+TEST_PACKAGES=(postgresql)
+if [ "${1:-}" = --test ]; then
+  APT_PACKAGES+=("${TEST_PACKAGES[@]}")
+  # Debian's package would create and start a default cluster; the tests start their own servers.
+  if ! dpkg-query -W -f='${Status}' postgresql-common 2>/dev/null | grep -q "install ok installed"; then
+    mkdir -p /etc/postgresql-common
+    grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf ||
+      echo 'create_main_cluster = false' >> /etc/postgresql-common/createcluster.conf
+  fi
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

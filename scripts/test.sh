@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./scripts/install.sh
+./scripts/install.sh --test
 if [ -x guest/build-images.sh ]; then
   echo "==> building test guest images (cached)"
   ./guest/build-images.sh
@@ -17,6 +17,12 @@ echo "==> format check"; npx prettier --check . >/dev/null || { npx prettier --c
 echo "==> OpenAPI document"; npx tsx scripts/gen-openapi.ts --check
 
 echo "==> tests"
-files=$(ls src/*.test.ts src/*/*.test.ts src/*/*/*.test.ts test/api/*.test.ts test/cli/*.test.ts test/acme/*.test.ts test/vm/*.test.ts test/crash/*.test.ts 2>/dev/null || true)
+files=$(ls src/*.test.ts src/*/*.test.ts src/*/*/*.test.ts test/store/*.test.ts test/api/*.test.ts test/cli/*.test.ts test/acme/*.test.ts test/vm/*.test.ts test/crash/*.test.ts 2>/dev/null || true)
 # shellcheck disable=SC2086
 node --import tsx --test --test-concurrency=2 --test-reporter=spec --test-reporter-destination=stdout $files
+
+# One contract, two stores: the API suite again on PostgreSQL (a throwaway server per test
+# process on a unix socket, test/helpers/postgres.ts); SQLite ran above.
+echo "==> API tests on PostgreSQL"
+UNIHOST_TEST_STORE=postgres node --import tsx --test --test-concurrency=2 --test-reporter=spec \
+  --test-reporter-destination=stdout test/api/*.test.ts

@@ -65,6 +65,7 @@ export class PostgresStore implements Store {
   private poll: NodeJS.Timeout | undefined;
   private commits = 0;
   private closed = false;
+  private feedDown = false;
 
   private constructor(
     private readonly sql: Sql,
@@ -73,15 +74,26 @@ export class PostgresStore implements Store {
   ) {
     this.feed = new Feed(
       {
-        since: async (after, limit) =>
-          (await this.sql.unsafe('SELECT rev, kind, id FROM changes WHERE rev > $1 ORDER BY rev LIMIT $2', [
-            after,
-            limit,
-          ])) as unknown as FeedRow[],
+        since: async (after, limit) => {
+          const rows = (await this.sql.unsafe(
+            'SELECT rev, kind, id FROM changes WHERE rev > $1 ORDER BY rev LIMIT $2',
+            [after, limit],
+          )) as unknown as FeedRow[];
+          if (this.feedDown) {
+            this.feedDown = false;
+            this.log('the change feed reads again');
+          }
+          return rows;
+        },
         oldest: async () =>
           Number((await this.sql.unsafe('SELECT coalesce(min(rev), 0) AS r FROM changes'))[0]!.r ?? 0),
       },
-      (e) => this.log('reading the change feed failed', e),
+      // said once per outage, not at every poll
+      (e) => {
+        if (this.feedDown) return;
+        this.feedDown = true;
+        this.log('reading the change feed failed; trying again every second', e);
+      },
     );
   }
 
