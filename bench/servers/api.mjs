@@ -1,4 +1,5 @@
 // The unihost API (compiled, from dist/) seeded with N instances, for bench/api.
+//   node bench/servers/api.mjs N [STORE_URL]   (STORE_URL empty: SQLite in a temp data dir)
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,12 +9,23 @@ import { startDaemon } from '../../dist/daemon.js';
 import { createInTx } from '../../dist/services/instances-create.js';
 
 const n = Number(process.argv[2] ?? 10000);
+const url = process.argv[3] ?? '';
 const dataDir = mkdtempSync(join(tmpdir(), 'unihost-bench-'));
-const hard = { ...DEFAULTS.defaultQuotas.hard, instances: n + 10 };
+// room for the seed and for what the create benchmark adds
+const hard = { ...DEFAULTS.defaultQuotas.hard, instances: 10_000_000 };
 // One user at full speed: the rate limiter stays on (its cost is measured) with a budget the load never reaches.
 const rateLimit = { max: 1e9, windowMs: 60_000 };
 const d = await startDaemon(
-  { ...DEFAULTS, dataDir, listen: '127.0.0.1:0', defaultQuotas: { ...DEFAULTS.defaultQuotas, hard }, rateLimit },
+  {
+    ...DEFAULTS,
+    dataDir,
+    listen: '127.0.0.1:0',
+    defaultQuotas: { ...DEFAULTS.defaultQuotas, hard },
+    rateLimit,
+    store: { ...DEFAULTS.store, url },
+    // the API and its store only: a host to place instances on, no VM is ever started
+    roles: ['api', 'agent'],
+  },
   { logger: pino({ level: 'silent' }) },
 );
 const { token, user } = await d.services.users.create('bench', false);

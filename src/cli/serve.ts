@@ -75,6 +75,10 @@ export function registerServe(program: Command): void {
           },
         );
       };
+      // The daemon never dies of one stray rejected promise (a bug: logged loudly); its VMs and API carry on.
+      process.on('unhandledRejection', (e) =>
+        d.logger.error({ err: e }, 'unhandled rejection (a bug; the daemon carries on)'),
+      );
       process.on('SIGINT', () => shutdown('SIGINT'));
       process.on('SIGTERM', () => shutdown('SIGTERM'));
     });

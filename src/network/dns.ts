@@ -66,7 +66,11 @@ export class InternalDns {
     const udp = dgram.createSocket({ type: this.opts.host.includes(':') ? 'udp6' : 'udp4' });
     this.udp = udp;
     udp.on('message', (msg, rinfo) => {
-      void this.answer(msg, rinfo.address).then((r) => r && udp.send(r, rinfo.port, rinfo.address));
+      // a query the resolver could not answer (the store unreachable) gets no answer: the guest retries
+      void this.answer(msg, rinfo.address).then(
+        (r) => r && udp.send(r, rinfo.port, rinfo.address),
+        (e: unknown) => this.opts.onError?.(e),
+      );
     });
     await new Promise<void>((resolve, reject) => {
       udp.once('error', reject);

@@ -76,7 +76,9 @@ export class AutoscaleController implements Controller {
   private schedule(): void {
     if (this.stopped) return;
     this.timer = this.timers.setTimeout(() => {
-      void this.tick().finally(() => this.schedule());
+      void this.tick()
+        .catch((e: unknown) => this.o.log.warn({ err: e }, 'autoscale: a pass failed (tried again next interval)'))
+        .finally(() => this.schedule());
     }, this.intervalMs);
   }
 

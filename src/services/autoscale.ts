@@ -12,7 +12,7 @@ import type { InstanceLifecycle, ServiceBase } from './deps.js';
 import type { GroupService } from './groups.js';
 import { findGroup, findInstance } from './lookup.js';
 import { assertQuota, effectiveQuotas } from './users.js';
-import { assertHostCapacity, placeInTx } from './capacity.js';
+import { ADMISSION, assertHostCapacity, placeInTx } from './capacity.js';
 
 export interface AutoscaleIn {
   master: { uuid?: string; name?: string };
@@ -207,6 +207,7 @@ export class AutoscaleService {
    * marked with `autoscale_group_id`. Quotas and host capacity apply.
    */
   async cloneInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, master: InstanceRec): Promise<InstanceRec> {
+    await tx.lock(ADMISSION);
     await assertQuota(tx, this.deps.config, user, {
       instances: 1,
       live_instances: 1,

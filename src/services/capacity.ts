@@ -5,6 +5,13 @@ import type { Tx } from '../store/types.js';
 
 const MB = 1024 * 1024;
 
+/**
+ * The lock of everything that reads and changes the host's shared totals
+ * (live memory and vCPUs, the address pool): taken first by every create,
+ * clone and start (src/store/types.ts, `Tx.lock`).
+ */
+export const ADMISSION = 'admission';
+
 /** vCPUs of one VM (QEMU's `-smp 1`, src/machines/qemu/argv.ts). */
 const VCPUS_PER_VM = 1;
 
@@ -35,6 +42,7 @@ export function hostVcpuBudget(
  */
 export async function assertHostCapacity(tx: Tx, c: CapacityConfig, vms: number, guestMb: number): Promise<void> {
   if (vms <= 0) return;
+  await tx.lock(ADMISSION);
   const live = await tx.instances.hostLive();
   const budget = hostMemoryBudgetMb(c);
   const used = live.memory_mb + live.vms * c.vmOverheadMb;

@@ -12,7 +12,7 @@ import type { ServiceBase } from './deps.js';
 import type { GroupDescription, GroupService } from './groups.js';
 import type { ImageService } from './images.js';
 import type { VolumeService } from './volumes.js';
-import { assertHostCapacity, placeInTx } from './capacity.js';
+import { ADMISSION, assertHostCapacity, placeInTx } from './capacity.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { checkMountPath } from '../domain/mount-path.js';
 
@@ -195,6 +195,8 @@ export async function createInTx(
   p: CreateParams,
 ): Promise<{ instances: InstanceRec[]; group: ServiceGroupRec | null }> {
   const { policy, args, scaleToZero } = checkCreate(p);
+  // creates share the address pool and the host's totals: one at a time (not one conflict and retry each)
+  await tx.lock(ADMISSION);
   const image = await deps.images.resolve(tx, user, p.image);
   const memory = p.memory_mb ?? 128;
   const { limits } = effectiveQuotas(deps.config, user);

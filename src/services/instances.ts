@@ -14,7 +14,7 @@ import type { InstanceRec, InstanceState, Store, Tx, UserRec } from '../store/ty
 import { ConsoleLog } from '../machines/console-log.js';
 import { stopReasonWithoutVm } from '../machines/stop-info.js';
 import { createInTx, type CreateParams, type InstanceDeps } from './instances-create.js';
-import { assertHostCapacity } from './capacity.js';
+import { ADMISSION, assertHostCapacity } from './capacity.js';
 import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
 import { findInstance } from './lookup.js';
@@ -234,10 +234,13 @@ export class InstanceService {
     lease: WaitLease | null,
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>[]> {
-    const { instances, summary } = await this.store.tx(async (tx) => {
-      const r = await createInTx(this.deps, tx, user, p);
-      return { instances: r.instances, summary: r.group ? await this.deps.groups.summary(tx, r.group) : null };
-    });
+    const { instances, summary } = await this.store.tx(
+      async (tx) => {
+        const r = await createInTx(this.deps, tx, user, p);
+        return { instances: r.instances, summary: r.group ? await this.deps.groups.summary(tx, r.group) : null };
+      },
+      { locks: [ADMISSION] },
+    );
     const deadline = this.deps.clock.now() + timeout;
     const out: Record<string, unknown>[] = [];
     for (const inst of instances) {

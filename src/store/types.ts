@@ -429,6 +429,13 @@ export interface Tx {
     put(source: string, at: string, data: unknown): Promise<void>;
     list(): Promise<{ source: string; at: string; data: unknown }[]>;
   };
+  /**
+   * Holds the lock `name` until this transaction ends. Transactions that
+   * read and change a total every creator shares (host admission, the
+   * address pool) take it first, so they queue instead of failing each
+   * other's serialization and retrying (SQLite: writers are serial anyway).
+   */
+  lock(name: string): Promise<void>;
   /** Current usage of one user's quotas, computed from the records. */
   usage(userId: string): Promise<Used>;
 }
@@ -448,6 +455,11 @@ export interface Change {
  */
 export type FeedEvent = ({ type: 'change'; rev: number } & Change) | { type: 'resync'; rev: number };
 
+export interface TxOptions {
+  /** locks (`Tx.lock`) the transaction will ask for: taken before it begins, saving an attempt */
+  locks?: string[];
+}
+
 export interface Store {
   /** `sqlite` (the embedded default) or `postgres` */
   readonly kind: 'sqlite' | 'postgres';
@@ -457,8 +469,12 @@ export interface Store {
    * loses a serialization conflict (PostgreSQL) is run again, a bounded
    * number of times. Its changes reach watchers after commit.
    */
-  tx<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
-  /** Runs `fn` on a consistent snapshot; writes through it are refused. */
+  tx<T>(fn: (tx: Tx) => Promise<T>, o?: TxOptions): Promise<T>;
+  /**
+   * Runs `fn` outside any transaction: each statement sees the latest
+   * committed state (what needs one consistent view of several statements,
+   * or decides on what it read, uses `tx`). Writes through it are refused.
+   */
   read<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
   /**
    * A number that changes whenever this process learns that another process

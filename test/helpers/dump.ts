@@ -4,7 +4,7 @@
  * store's interface on purpose, so nothing the interface hides escapes.
  */
 import Database from 'better-sqlite3';
-import postgres from 'postgres';
+import pg from 'pg';
 import { pathsFor } from '../../src/paths.js';
 import { parseStoreUrl } from '../../src/store/url.js';
 
@@ -31,25 +31,24 @@ export function storeDump(dataDir: string, storeUrl: string): StoreDump {
       },
     };
   }
-  const sql = postgres({
-    host: target.host,
-    port: target.port,
-    database: target.database,
-    username: target.user,
-    max: 1,
-  });
+  const client = new pg.Client({ host: target.host, port: target.port, database: target.database, user: target.user });
+  const connected = client.connect();
   return {
     async snapshot() {
-      const tables = await sql`SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`;
+      await connected;
+      const tables = (
+        await client.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
+      ).rows;
       const out: unknown[] = [];
       for (const t of tables) {
         const name = String(t.tablename);
-        out.push([name, await sql.unsafe(`SELECT * FROM "${name}" ORDER BY 1`)]);
+        out.push([name, (await client.query(`SELECT * FROM "${name}" ORDER BY 1`)).rows]);
       }
       return JSON.stringify(out);
     },
     async close() {
-      await sql.end();
+      await connected.catch(() => undefined);
+      await client.end();
     },
   };
 }

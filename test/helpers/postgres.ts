@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import postgres from 'postgres';
+import pg from 'pg';
 
 export interface TestPostgres {
   /** the directory of the server's socket */
@@ -101,9 +101,10 @@ export function startTestPostgres(): TestPostgres {
     url,
     async createDb() {
       const name = `uh_${randomBytes(6).toString('hex')}`;
-      const admin = postgres({ host: dir, database: 'postgres', username: 'postgres', max: 1, onnotice: () => {} });
+      const admin = new pg.Client({ host: dir, database: 'postgres', user: 'postgres' });
+      await admin.connect();
       try {
-        await admin.unsafe(`CREATE DATABASE ${name}`);
+        await admin.query(`CREATE DATABASE ${name}`);
       } finally {
         await admin.end();
       }

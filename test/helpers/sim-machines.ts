@@ -81,7 +81,10 @@ export function simMachines(
   const later = (fn: () => Promise<void>): void => {
     setImmediate(() => {
       if (stopped) return;
-      const p = fn().finally(() => pending.delete(p));
+      // a step that fails (the store unreachable) is the next change's to redo, as a reconcile would be
+      const p = fn()
+        .catch(() => undefined)
+        .finally(() => pending.delete(p));
       pending.add(p);
     });
   };

@@ -1,23 +1,26 @@
-import postgres from 'postgres';
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+import pLimit, { type LimitFunction } from 'p-limit';
 import { err, isUnihostError } from '../../errors.js';
 import { Feed, type FeedRow } from '../feed.js';
-import type { FeedEvent, Store, Tx } from '../types.js';
+import type { Row } from '../tables.js';
+import type { FeedEvent, Store, Tx, TxOptions } from '../types.js';
 import type { PgTarget } from '../url.js';
+import { ReadCache } from './cache.js';
+import { Listener } from './listen.js';
 import { PG_MIGRATIONS } from './migrations.js';
-import { makeTx, type Pending } from './tx.js';
+import { makeTx, type Pending, type Query } from './tx.js';
 
 /** Serializes the end of committing transactions, so revisions and event ids follow commit order. */
 const COMMIT_LOCK = 0x756e6968; // 'unih'
 const MIGRATION_LOCK = 0x756e6d67;
 /** Wakes watchers in every process; carries nothing (watchers read the change table). */
-const CHANNEL = 'unihost_changes';
+export const CHANNEL = 'unihost_changes';
 /** A lost notification is healed this fast (and a resync in each controller heals the rest). */
 const POLL_MS = 1000;
 const KEEP_REVISIONS = 10_000;
 /** Attempts of a transaction that loses serialization conflicts, before it gives up. */
 const MAX_ATTEMPTS = 10;
-
-type Sql = postgres.Sql<Record<string, never>>;
 
 /**
  * SQLSTATEs a transaction is retried on: it lost a race, nothing of it
@@ -27,71 +30,104 @@ type Sql = postgres.Sql<Record<string, never>>;
  */
 const RETRY_CODES = new Set(['40001', '40P01', '23505']);
 /** Errors that mean the server is out of reach (or going away): answered 503. */
-const UNREACHABLE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ENOENT',
-  'EPIPE',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'CONNECTION_CLOSED',
-  'CONNECTION_ENDED',
-  'CONNECTION_DESTROYED',
-  'CONNECT_TIMEOUT',
-  '57P01',
-  '57P02',
-  '57P03',
-]);
+const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ENOENT', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH']);
 
 function codeOf(e: unknown): string {
   return String((e as { code?: unknown })?.code ?? '');
 }
 
+/** The server is out of reach, or going away (node-postgres says so in words for a cut connection). */
 export const isUnreachable = (e: unknown): boolean => {
   const c = codeOf(e);
-  return UNREACHABLE_CODES.has(c) || c.startsWith('08');
+  if (UNREACHABLE_CODES.has(c) || c.startsWith('08') || c.startsWith('57P')) return true;
+  return /Connection terminated|connection timeout|Client has encountered a connection error|Client was closed/i.test(
+    (e as Error)?.message ?? '',
+  );
 };
 
+/** int8 (sizes, times in µs, revisions) as numbers: they stay far below 2^53. */
+const types = {
+  getTypeParser: ((oid: number, format?: string) =>
+    oid === 20
+      ? (v: string) => Number(v)
+      : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+};
+
+/** Connection settings of a target, for the pool and the listener. */
+export function clientConfig(target: PgTarget): pg.ClientConfig {
+  return {
+    host: target.host,
+    port: target.port,
+    database: target.database,
+    user: target.user,
+    password: target.password || undefined,
+    ssl:
+      target.ssl === false
+        ? false
+        : target.ssl === 'verify-full'
+          ? { rejectUnauthorized: true }
+          : { rejectUnauthorized: false },
+    connectionTimeoutMillis: target.connectTimeoutS * 1000,
+    application_name: target.applicationName,
+    types,
+  };
+}
+
+/** A statement with its parameters, prepared once per connection under a name derived from its text. */
+const named = (text: string, values: unknown[] = []): pg.QueryConfig => ({
+  name: `u${createHash('sha1').update(text).digest('hex').slice(0, 16)}`,
+  text,
+  values,
+});
+
 /**
- * The store on PostgreSQL (docs/architecture.md, "Store"): a pool of
- * connections through postgres.js, one serializable transaction per `tx`
- * (retried here, and only here, when it loses a serialization conflict or a
- * deadlock), reads on a repeatable-read snapshot, and a change feed that
+ * The store on PostgreSQL (docs/architecture.md, "Store"), through
+ * node-postgres: a pool of connections, one serializable transaction per
+ * `tx` (retried here, and only here, when it loses a serialization conflict
+ * or a deadlock), reads straight on the pool, and a change feed that
  * LISTEN/NOTIFY only wakes: watchers read the change table themselves.
  */
 export class PostgresStore implements Store {
   readonly kind = 'postgres' as const;
   private readonly feed: Feed;
+  private readonly cache = new ReadCache();
+  private readonly lockQueues = new Map<string, LimitFunction>();
+  /** the read-only Tx over the pool (built once: a Tx is a bundle of closures) */
+  private readonly reader: Tx;
+  private listener: Listener | undefined;
   private poll: NodeJS.Timeout | undefined;
   private commits = 0;
   private closed = false;
   private feedDown = false;
 
   private constructor(
-    private readonly sql: Sql,
+    private readonly pool: pg.Pool,
     readonly target: PgTarget,
     private readonly log: (msg: string, e?: unknown) => void,
   ) {
+    const q: Query = async (text, params) => (await pool.query(named(text, params))).rows as Row[];
+    this.reader = this.cache.wrap(makeTx(q, null));
     this.feed = new Feed(
       {
         since: async (after, limit) => {
-          const rows = (await this.sql.unsafe(
-            'SELECT rev, kind, id FROM changes WHERE rev > $1 ORDER BY rev LIMIT $2',
-            [after, limit],
-          )) as unknown as FeedRow[];
+          const rows = (await q('SELECT rev, kind, id FROM changes WHERE rev > $1 ORDER BY rev LIMIT $2', [
+            after,
+            limit,
+          ])) as unknown as FeedRow[];
           if (this.feedDown) {
             this.feedDown = false;
+            this.cache.enable(true);
             this.log('the change feed reads again');
           }
           return rows;
         },
-        oldest: async () =>
-          Number((await this.sql.unsafe('SELECT coalesce(min(rev), 0) AS r FROM changes'))[0]!.r ?? 0),
+        oldest: async () => Number((await q('SELECT coalesce(min(rev), 0) AS r FROM changes'))[0]!.r ?? 0),
       },
       // said once per outage, not at every poll
       (e) => {
         if (this.feedDown) return;
         this.feedDown = true;
+        this.cache.enable(false);
         this.log('reading the change feed failed; trying again every second', e);
       },
     );
@@ -106,45 +142,27 @@ export class PostgresStore implements Store {
     target: PgTarget,
     log: (msg: string, e?: unknown) => void = () => undefined,
   ): Promise<PostgresStore> {
-    const sql = postgres({
-      host: target.host,
-      port: target.port,
-      database: target.database,
-      username: target.user,
-      password: target.password || undefined,
-      ssl: target.ssl,
-      max: target.poolMax,
-      connect_timeout: target.connectTimeoutS,
-      idle_timeout: 60,
-      onnotice: () => undefined,
-      connection: { application_name: target.applicationName },
-      // int8 columns (sizes, times in µs, revisions) as numbers: they stay far below 2^53
-      types: {
-        bigint: {
-          to: 20,
-          from: [20],
-          serialize: (x: number) => String(x),
-          parse: (x: string) => Number(x),
-        },
-      },
-    }) as unknown as Sql;
+    const pool = new pg.Pool({ ...clientConfig(target), max: target.poolMax, idleTimeoutMillis: 60_000 });
+    // an idle connection the server drops must not take the process down: the next query reconnects
+    pool.on('error', (e) => log('a pooled PostgreSQL connection failed', e));
     try {
-      await sql`SELECT 1`;
+      await pool.query('SELECT 1');
     } catch (e) {
-      await sql.end({ timeout: 1 }).catch(() => undefined);
+      await pool.end().catch(() => undefined);
       throw new Error(`cannot reach ${target.display}: ${(e as Error).message}`);
     }
-    const store = new PostgresStore(sql, target, log);
+    const store = new PostgresStore(pool, target, log);
     try {
       await store.migrate();
-      store.feed.start(Number((await sql`SELECT coalesce(max(rev), 0) AS r FROM changes`)[0]!.r));
-      await sql.listen(
-        CHANNEL,
-        () => store.feed.poke(),
-        () => store.feed.poke(), // (re)connected: read what a lost connection missed
-      );
+      const head = await pool.query('SELECT coalesce(max(rev), 0) AS r FROM changes');
+      store.feed.start(Number(head.rows[0].r));
+      // the first watcher: stale entries go before any other watcher re-reads
+      store.feed.watch('now', (e) => store.cache.onFeed(e));
+      store.listener = new Listener(clientConfig(target), CHANNEL, () => store.feed.poke(), log);
+      await store.listener.start();
     } catch (e) {
-      await sql.end({ timeout: 1 }).catch(() => undefined);
+      await store.listener?.stop();
+      await pool.end().catch(() => undefined);
       throw new Error(`cannot open the store in ${target.display}: ${(e as Error).message}`);
     }
     store.poll = setInterval(() => store.feed.poke(), POLL_MS);
@@ -152,26 +170,71 @@ export class PostgresStore implements Store {
     return store;
   }
 
-  private async migrate(): Promise<void> {
-    await this.sql.begin(async (t) => {
-      // released with the transaction; a second daemon waits here, then finds the work done
-      await t`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`;
-      await t`CREATE TABLE IF NOT EXISTS unihost_schema (version integer NOT NULL)`;
-      const rows = await t`SELECT version FROM unihost_schema`;
-      let v = rows.length > 0 ? Number(rows[0]!.version) : 0;
-      if (rows.length === 0) await t`INSERT INTO unihost_schema (version) VALUES (0)`;
-      for (; v < PG_MIGRATIONS.length; v++) {
-        await t.unsafe(PG_MIGRATIONS[v]!);
-        await t`UPDATE unihost_schema SET version = ${v + 1}`;
-      }
-    });
+  /**
+   * A pooled connection for a transaction. While it is checked out, the pool
+   * no longer listens for its errors: a connection the server cuts between
+   * two queries would throw at the process; here it only marks it broken
+   * (the next query on it fails and the attempt ends with the reason).
+   */
+  private async checkout(): Promise<{ c: pg.PoolClient; done: (broken: boolean) => void }> {
+    const c = await this.pool.connect();
+    let failed = false;
+    const onError = (e: Error) => {
+      failed = true;
+      this.log('a PostgreSQL connection in use failed', e);
+    };
+    c.on('error', onError);
+    return {
+      c,
+      done: (broken) => {
+        c.off('error', onError);
+        c.release(broken || failed);
+      },
+    };
   }
 
-  async tx<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+  private async migrate(): Promise<void> {
+    const { c, done } = await this.checkout();
+    try {
+      await c.query('BEGIN');
+      // released with the transaction; a second daemon waits here, then finds the work done
+      await c.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
+      await c.query('CREATE TABLE IF NOT EXISTS unihost_schema (version integer NOT NULL)');
+      const rows = (await c.query('SELECT version FROM unihost_schema')).rows;
+      let v = rows.length > 0 ? Number(rows[0].version) : 0;
+      if (rows.length === 0) await c.query('INSERT INTO unihost_schema (version) VALUES (0)');
+      for (; v < PG_MIGRATIONS.length; v++) {
+        await c.query(PG_MIGRATIONS[v]!);
+        await c.query('UPDATE unihost_schema SET version = $1', [v + 1]);
+      }
+      await c.query('COMMIT');
+    } catch (e) {
+      await c.query('ROLLBACK').catch(() => undefined);
+      throw e;
+    } finally {
+      done(false);
+    }
+  }
+
+  async tx<T>(fn: (tx: Tx) => Promise<T>, o: TxOptions = {}): Promise<T> {
+    const locks = new Set(o.locks ?? []);
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.once(fn);
+        const { result, rev } = await this.queued(locks, () => this.once(fn, locks));
+        if (rev > 0) {
+          if (++this.commits % 1000 === 0) void this.prune();
+          // watchers of this process (waits, caches, controllers) see the change before the caller goes on;
+          // after the connection and its locks are back: the feed's read needs a pooled connection
+          await this.feed.reach(rev);
+        }
+        return result;
       } catch (e) {
+        // a lock asked for inside: run again with it taken first (not a conflict: no attempt spent)
+        if (e instanceof NeedsLock && !locks.has(e.lock)) {
+          locks.add(e.lock);
+          attempt--;
+          continue;
+        }
         if (isUnihostError(e)) throw e;
         if (isUnreachable(e)) throw unavailable(this.target, e);
         if (!RETRY_CODES.has(codeOf(e))) throw e;
@@ -186,20 +249,57 @@ export class PostgresStore implements Store {
     }
   }
 
-  private async once<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+  /**
+   * Transactions that take the same locks queue in this process first: one
+   * pooled connection per lock set waits on the server's lock, not one per
+   * request (which could hold every connection of the pool while waiting).
+   */
+  private queued<R>(locks: Set<string>, run: () => Promise<R>): Promise<R> {
+    if (locks.size === 0) return run();
+    const key = [...locks].sort().join(',');
+    let limit = this.lockQueues.get(key);
+    if (!limit) this.lockQueues.set(key, (limit = pLimit(1)));
+    return limit(run);
+  }
+
+  /**
+   * One attempt on one pooled connection. The `locks` are taken before the
+   * transaction begins: a serializable transaction's snapshot starts at its
+   * first statement, so a lock taken inside would be waited for with a
+   * snapshot older than the commits it waited for, and fail at commit.
+   */
+  private async once<T>(fn: (tx: Tx) => Promise<T>, locks: Set<string>): Promise<{ result: T; rev: number }> {
     const pending: Pending = { changes: new Map(), events: [] };
+    const { c, done } = await this.checkout();
+    let broken = false;
     let rev = 0;
-    const result = await this.sql.begin('isolation level serializable', async (t) => {
-      const r = await fn(makeTx((text, params) => t.unsafe(text, params as never[], { prepare: true }), pending));
-      if (pending.changes.size > 0) rev = await this.flush(t, pending);
-      return r;
-    });
-    if (rev > 0) {
-      if (++this.commits % 1000 === 0) void this.prune();
-      // watchers of this process (waits, caches, controllers) see the change before the caller goes on
-      await this.feed.reach(rev);
+    try {
+      // in one order: no deadlock between two such transactions
+      for (const name of [...locks].sort()) await c.query('SELECT pg_advisory_lock(hashtext($1))', [`unihost:${name}`]);
+      await c.query('BEGIN ISOLATION LEVEL SERIALIZABLE');
+      let result: T;
+      try {
+        const q: Query = async (text, params) => (await c.query(named(text, params))).rows as Row[];
+        result = await fn(
+          makeTx(q, pending, (name) => {
+            if (!locks.has(name)) throw new NeedsLock(name);
+          }),
+        );
+        if (pending.changes.size > 0) rev = await this.flush(q, pending);
+        await c.query('COMMIT');
+      } catch (e) {
+        await c.query('ROLLBACK').catch(() => undefined);
+        throw e;
+      }
+      return { result, rev };
+    } catch (e) {
+      broken = isUnreachable(e);
+      throw e;
+    } finally {
+      // session locks outlive the transaction: released before the connection goes back (a broken one is dropped)
+      if (locks.size > 0 && !broken) await c.query('SELECT pg_advisory_unlock_all()').catch(() => (broken = true));
+      done(broken);
     }
-    return result as T;
   }
 
   /**
@@ -207,34 +307,41 @@ export class PostgresStore implements Store {
    * until commit: a watcher that has read revision N never finds a change
    * below N committed later. The notification goes out with the commit.
    */
-  private async flush(t: postgres.TransactionSql<Record<string, never>>, p: Pending): Promise<number> {
-    const kinds = [...p.changes.values()].map((c) => c.kind);
-    const ids = [...p.changes.values()].map((c) => c.id);
+  private async flush(q: Query, p: Pending): Promise<number> {
+    const changes = [...p.changes.values()];
+    await q('SELECT pg_advisory_xact_lock($1)', [COMMIT_LOCK]);
+    const revs = await q(
+      `INSERT INTO changes (rev, kind, id)
+         SELECT nextval('revisions'), k, i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS c(k, i, n)
+         ORDER BY n RETURNING rev`,
+      [changes.map((c) => c.kind), changes.map((c) => c.id)],
+    );
     const e = p.events;
-    const [, revs] = await Promise.all([
-      t`SELECT pg_advisory_xact_lock(${COMMIT_LOCK})`,
-      t`INSERT INTO changes (rev, kind, id)
-          SELECT nextval('revisions'), k, i FROM unnest(${kinds}::text[], ${ids}::text[]) WITH ORDINALITY AS c(k, i, n)
-          ORDER BY n RETURNING rev`,
-      ...(e.length > 0
-        ? [
-            t`INSERT INTO events (id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state)
-                SELECT nextval('event_ids'), a, u, i, nm, g, ty, f, tt FROM unnest(
-                  ${e.map((x) => x.at)}::text[], ${e.map((x) => x.user_id)}::text[],
-                  ${e.map((x) => x.instance_id)}::text[], ${e.map((x) => x.instance_name)}::text[],
-                  ${e.map((x) => x.group_id)}::text[], ${e.map((x) => x.type)}::text[],
-                  ${e.map((x) => x.from_state)}::text[], ${e.map((x) => x.to_state)}::text[]
-                ) WITH ORDINALITY AS ev(a, u, i, nm, g, ty, f, tt, n) ORDER BY n`,
-          ]
-        : []),
-      t`SELECT pg_notify(${CHANNEL}, '')`,
-    ]);
+    if (e.length > 0)
+      await q(
+        `INSERT INTO events (id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state)
+           SELECT nextval('event_ids'), a, u, i, nm, g, ty, f, tt
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+               WITH ORDINALITY AS ev(a, u, i, nm, g, ty, f, tt, n)
+             ORDER BY n`,
+        [
+          e.map((x) => x.at),
+          e.map((x) => x.user_id),
+          e.map((x) => x.instance_id),
+          e.map((x) => x.instance_name),
+          e.map((x) => x.group_id),
+          e.map((x) => x.type),
+          e.map((x) => x.from_state),
+          e.map((x) => x.to_state),
+        ],
+      );
+    await q(`SELECT pg_notify('${CHANNEL}', '')`);
     return Math.max(...revs.map((r) => Number(r.rev)));
   }
 
   private async prune(): Promise<void> {
     try {
-      await this.sql`DELETE FROM changes WHERE rev <= (SELECT max(rev) FROM changes) - ${KEEP_REVISIONS}`;
+      await this.pool.query('DELETE FROM changes WHERE rev <= (SELECT max(rev) FROM changes) - $1', [KEEP_REVISIONS]);
     } catch (e) {
       this.log('pruning the change table failed', e);
     }
@@ -242,9 +349,9 @@ export class PostgresStore implements Store {
 
   async read<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
     try {
-      return (await this.sql.begin('isolation level repeatable read read only', (t) =>
-        fn(makeTx((text, params) => t.unsafe(text, params as never[], { prepare: true }), null)),
-      )) as T;
+      // no transaction around reads (as SQLite's read connection): each statement sees the latest commit,
+      // and a read costs its queries only, not BEGIN and COMMIT besides
+      return await fn(this.reader);
     } catch (e) {
       if (!isUnihostError(e) && isUnreachable(e)) throw unavailable(this.target, e);
       throw e;
@@ -267,7 +374,15 @@ export class PostgresStore implements Store {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.poll);
-    await this.sql.end({ timeout: 5 });
+    await this.listener?.stop();
+    await this.pool.end();
+  }
+}
+
+/** Thrown inside an attempt that asks for a lock it does not hold: the attempt is run again with it. */
+class NeedsLock extends Error {
+  constructor(readonly lock: string) {
+    super(`lock '${lock}' is taken before the transaction begins`);
   }
 }
 

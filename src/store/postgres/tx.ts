@@ -50,8 +50,8 @@ function valuesOf(spec: TableSpec, rec: object, first = 1): { names: string[]; m
   const marks = names.map((k, i) => {
     const v = (rec as Row)[k];
     const json = spec.json.includes(k);
-    // jsonb parameters take the value itself: the client encodes what the server says is jsonb
-    params.push(v === undefined ? null : v);
+    // JSON as text, cast by the statement (the client would turn an array into a PostgreSQL array)
+    params.push(json ? (v == null ? null : JSON.stringify(v)) : v === undefined ? null : v);
     return `$${first + i}${json ? '::jsonb' : ''}`;
   });
   return { names, marks, params };
@@ -63,7 +63,8 @@ function onlyFields(patch: object, allowed: Set<string>, what: string): void {
     if (!allowed.has(k) || k === 'id') throw err('UH_INTERNAL', `'${k}' is not a field ${what} may write`);
 }
 
-export function makeTx(q: Query, pending: Pending | null): Tx {
+/** `lock(name)` inside a transaction: checks that the attempt took it before it began (src/store/postgres/index.ts). */
+export function makeTx(q: Query, pending: Pending | null, lock: (name: string) => void = () => undefined): Tx {
   const cur = (): Pending => {
     if (!pending) throw err('UH_INTERNAL', 'write outside a transaction');
     return pending;
@@ -107,7 +108,7 @@ export function makeTx(q: Query, pending: Pending | null): Tx {
       .map((k) => {
         const v = (filter as Row)[k];
         if (v === null) return ` AND ${k} IS NULL`;
-        params.push(v);
+        params.push(spec.json.includes(k) ? JSON.stringify(v) : v);
         return ` AND ${k}=$${first + params.length - 1}${spec.json.includes(k) ? '::jsonb' : ''}`;
       })
       .join('');
@@ -191,11 +192,17 @@ export function makeTx(q: Query, pending: Pending | null): Tx {
     listJson: async (userId, state?: InstanceState) =>
       String(
         (
-          await q(
-            `SELECT coalesce(json_agg(json_build_object('uuid', id, 'name', name) ORDER BY seq), '[]'::json)::text AS j
-               FROM instances JOIN instance_status USING (id) WHERE user_id=$1 AND ($2::text IS NULL OR state=$2)`,
-            [userId, state ?? null],
-          )
+          await (state === undefined
+            ? q(
+                `SELECT coalesce(json_agg(json_build_object('uuid', id, 'name', name) ORDER BY seq), '[]'::json)::text AS j
+                   FROM instances WHERE user_id=$1`,
+                [userId],
+              )
+            : q(
+                `SELECT coalesce(json_agg(json_build_object('uuid', id, 'name', name) ORDER BY seq), '[]'::json)::text AS j
+                   FROM instances JOIN instance_status USING (id) WHERE user_id=$1 AND state=$2`,
+                [userId, state],
+              ))
         )[0]!.j,
       ),
     getByIp: (ip) => one<InstanceRec>(`${SELECT_INSTANCE} WHERE private_ip=$1`, ip),
@@ -328,7 +335,7 @@ export function makeTx(q: Query, pending: Pending | null): Tx {
         await q(
           `INSERT INTO figures (source, at, data) VALUES ($1, $2, $3::jsonb)
              ON CONFLICT (source) DO UPDATE SET at=excluded.at, data=excluded.data`,
-          [source, at, data],
+          [source, at, JSON.stringify(data)],
         );
       },
       list: async () =>
@@ -337,6 +344,10 @@ export function makeTx(q: Query, pending: Pending | null): Tx {
           at: String(r.at),
           data: r.data as unknown,
         })),
+    },
+    lock: async (name) => {
+      cur();
+      lock(name);
     },
     usage: async (userId) => (await q(USAGE_SQL, [userId]))[0] as unknown as Used,
   };

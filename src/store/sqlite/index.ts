@@ -78,6 +78,7 @@ export class SqliteStore implements Store {
   }
 
   tx<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+    // (locks: one writer at a time already)
     const run = async (): Promise<T> => {
       const cur: Pending = { changes: new Map(), events: [] };
       this.pending.cur = cur;

@@ -378,6 +378,7 @@ export function makeTx(
           data: JSON.parse(String(r.data)) as unknown,
         })),
     },
+    lock: async () => void cur(), // one writer at a time already
     usage: async (userId) => prep(USAGE_SQL).get({ u: userId }) as Used,
   };
 }
