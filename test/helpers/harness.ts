@@ -160,11 +160,23 @@ export async function startHarness(
           clearInterval(poll);
           f();
         };
-        const run = () =>
+        // one check at a time (a check may be slow: a CLI run); a trigger during one makes one more
+        let checking = false;
+        let again = false;
+        const run = (): void => {
+          if (done) return;
+          if (checking) return void (again = true);
+          checking = true;
+          again = false;
           void check().then(
-            (v) => v && finish(() => resolve(v)),
+            (v) => {
+              checking = false;
+              if (v) finish(() => resolve(v));
+              else if (again) run();
+            },
             (e) => finish(() => reject(e)),
           );
+        };
         const off = daemon.store.watch('now', () => run());
         const poll = setInterval(run, 50);
         const timer = setTimeout(
