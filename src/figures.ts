@@ -43,6 +43,22 @@ export interface LiveFigures {
   decisions(): Promise<Decisions | undefined>;
 }
 
+/** A chunk of an instance's console log, with the spec's offsets (`GET /v1/instances/log`). */
+export interface ConsoleChunk {
+  output: Buffer;
+  available: { start: number; end: number };
+  range: { start: number; end: number };
+}
+
+/**
+ * Where console output is read: the host that runs the instance keeps its
+ * log (one host for now: the data dir's `instances/<uuid>/`). The API reads
+ * it through this, never from a controller.
+ */
+export interface ConsoleReader {
+  read(instanceId: string, offset: number, limit: number): Promise<ConsoleChunk>;
+}
+
 /** What one process publishes in the store (`figures` table) for the others. */
 export interface PublishedFigures {
   instances: Record<string, InstanceFigures>;

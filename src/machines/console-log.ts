@@ -1,3 +1,4 @@
+import type { ConsoleChunk, ConsoleReader } from '../figures.js';
 import {
   closeSync,
   existsSync,
@@ -88,5 +89,14 @@ export class ConsoleLog {
     } finally {
       if (fd !== null) closeSync(fd);
     }
+  }
+}
+
+/** Console logs of the instances this host runs, read from their directories (src/figures.ts, `ConsoleReader`). */
+export class LocalConsoles implements ConsoleReader {
+  constructor(private readonly dirOf: (instanceId: string) => string) {}
+
+  async read(instanceId: string, offset: number, limit: number): Promise<ConsoleChunk> {
+    return new ConsoleLog(this.dirOf(instanceId)).read(offset, limit);
   }
 }

@@ -1,5 +1,5 @@
 import type { Clock } from '../clock.js';
-import type { LiveFigures } from '../figures.js';
+import type { ConsoleReader, LiveFigures } from '../figures.js';
 import type { Config } from '../config.js';
 import type { Subnet } from '../network/address.js';
 import type { Paths } from '../paths.js';
@@ -20,6 +20,8 @@ export interface ServiceBase {
   hostId: string;
   /** live figures of VMs and the gateway (src/figures.ts): this process's own, or those published in the store */
   figures: LiveFigures;
+  /** instances' console logs, where their host keeps them */
+  consoles: ConsoleReader;
 }
 
 /** The instance rules other services apply inside their own transactions (autoscale clones, standby masters). */

@@ -5,6 +5,7 @@ import { parseSubnet } from '../network/address.js';
 import { pathsFor } from '../paths.js';
 import type { Store } from '../store/types.js';
 import { StoreFigures } from '../figures.js';
+import { LocalConsoles } from '../machines/console-log.js';
 import { AutoscaleService } from './autoscale.js';
 import { CertificateService } from './certificates.js';
 import type { ServiceBase } from './deps.js';
@@ -30,15 +31,17 @@ export interface Services extends ServiceBase {
 }
 
 export function createServices(config: Config, store: Store, clock: Clock = systemClock): Services {
+  const paths = pathsFor(config.dataDir);
   const base: ServiceBase = {
     config,
     store,
     clock,
-    paths: pathsFor(config.dataDir),
+    paths,
     subnet: parseSubnet(config.subnet),
     hostId: '',
     // a process that measures nothing reads what the measuring ones publish (src/controllers.ts replaces it)
     figures: new StoreFigures(store, () => clock.now()),
+    consoles: new LocalConsoles((id) => paths.instance(id)),
   };
   const s = base as Services;
   s.users = new UserService(store, config);

@@ -11,7 +11,6 @@ import {
 } from '../domain/instance-states.js';
 import { err } from '../errors.js';
 import type { InstanceRec, InstanceState, Store, Tx, UserRec } from '../store/types.js';
-import { ConsoleLog } from '../machines/console-log.js';
 import { stopReasonWithoutVm } from '../machines/stop-info.js';
 import { createInTx, type CreateParams, type InstanceDeps } from './instances-create.js';
 import { ADMISSION, assertHostCapacity } from './capacity.js';
@@ -273,10 +272,7 @@ export class InstanceService {
   /** GET log: a chunk of the console log with the spec's offset/limit semantics. */
   async log(user: UserRec, t: Target, offset: number, limit: number) {
     const inst = await this.store.read((tx) => findInstance(tx, user, t));
-    const r = new ConsoleLog(this.deps.paths.instance(inst.id)).read(
-      offset,
-      Math.min(limit, this.deps.config.maxLogChunk),
-    );
+    const r = await this.deps.consoles.read(inst.id, offset, Math.min(limit, this.deps.config.maxLogChunk));
     return {
       uuid: inst.id,
       name: inst.name,

@@ -6,7 +6,16 @@
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -50,10 +59,52 @@ export function testPostgres(): TestPostgres {
   return (shared ??= startTestPostgres());
 }
 
+/**
+ * Stops the servers of test processes that died without stopping theirs (a
+ * SIGKILL skips exit handlers): each server's dir names its owner's pid.
+ */
+function reapOrphans(bin: string): void {
+  for (const name of readdirSync(tmpdir())) {
+    if (!name.startsWith('uh-pg-')) continue;
+    const dir = join(tmpdir(), name);
+    let owner = NaN;
+    try {
+      owner = Number(readFileSync(join(dir, 'owner.pid'), 'utf8'));
+    } catch {
+      continue; // not one of ours, or being set up
+    }
+    if (owner > 0 && alive(owner)) continue;
+    spawnSync('runuser', [
+      '-u',
+      'postgres',
+      '--',
+      join(bin, 'pg_ctl'),
+      '-D',
+      join(dir, 'data'),
+      '-m',
+      'immediate',
+      'stop',
+    ]);
+    spawnSync(join(bin, 'pg_ctl'), ['-D', join(dir, 'data'), '-m', 'immediate', 'stop']);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 export function startTestPostgres(): TestPostgres {
   const bin = pgBinDir();
   if (!bin) throw new Error(postgresMissing());
+  reapOrphans(bin);
   const dir = mkdtempSync(join(tmpdir(), 'uh-pg-'));
+  writeFileSync(join(dir, 'owner.pid'), String(process.pid));
   const data = join(dir, 'data');
   // initdb and the server refuse to run as root: as root they run as the Debian package's user
   const asRoot = process.getuid?.() === 0;
