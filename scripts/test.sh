@@ -17,7 +17,7 @@ echo "==> format check"; npx prettier --check . >/dev/null || { npx prettier --c
 echo "==> OpenAPI document"; npx tsx scripts/gen-openapi.ts --check
 
 echo "==> tests"
-files=$(ls src/*.test.ts src/*/*.test.ts src/*/*/*.test.ts test/store/*.test.ts test/api/*.test.ts test/cli/*.test.ts test/acme/*.test.ts test/vm/*.test.ts test/crash/*.test.ts 2>/dev/null || true)
+files=$(ls src/*.test.ts src/*/*.test.ts src/*/*/*.test.ts test/meta/*.test.ts test/store/*.test.ts test/api/*.test.ts test/cli/*.test.ts test/acme/*.test.ts test/vm/*.test.ts test/crash/*.test.ts 2>/dev/null || true)
 # shellcheck disable=SC2086
 node --import tsx --test --test-concurrency=2 --test-reporter=spec --test-reporter-destination=stdout $files
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { ERROR_CODES } from '../errors.js';
+import { ApiErrorNumber, ERROR_CODES } from '../errors.js';
 import type { EndpointDef } from './endpoint.js';
 import { buildOpenApi } from './openapi.js';
 import { ENDPOINTS } from './routes/index.js';
@@ -33,8 +33,26 @@ test('the document covers every category of the spec', () => {
   assert.ok(doc.paths['/v1/services/{uuid}/autoscale/policies'], 'autoscale policies');
 });
 
-test('every error code is documented in docs/errors.md', () => {
+test("every error code is in docs/errors.md's table, with its HTTP status and API error number", () => {
   const md = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8');
-  for (const code of Object.keys(ERROR_CODES))
-    assert.ok(md.includes(`\`${code}\``), `${code} missing from docs/errors.md`);
+  const rows = new Map(
+    [...md.matchAll(/^\| `(UH_[A-Z_]+)` \| (\d+) \| (\d+) \(([A-Za-z]+)\) \|/gm)].map((m) => [
+      m[1]!,
+      { http: Number(m[2]), api: Number(m[3]), name: m[4]! },
+    ]),
+  );
+  for (const [code, info] of Object.entries(ERROR_CODES)) {
+    const row = rows.get(code);
+    assert.ok(row, `${code} missing from docs/errors.md's table`);
+    assert.deepEqual(
+      [row.http, row.api, row.name],
+      [info.http, info.api, Object.entries(ApiErrorNumber).find(([, n]) => n === info.api)![0]],
+      `${code}: the table says HTTP ${row.http}, error ${row.api} (${row.name})`,
+    );
+  }
+  assert.deepEqual(
+    [...rows.keys()].filter((c) => !(c in ERROR_CODES)),
+    [],
+    'codes in the table that no longer exist',
+  );
 });

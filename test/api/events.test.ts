@@ -161,9 +161,15 @@ describe('GET /v1/events', () => {
     assert.ok(byName.events.every((e) => JSON.parse(e.data).instance.name === 'e3'));
     const byUuid = await open(alice, `?from=0&instance=${inGroup.uuid}`);
     await byUuid.until((es) => es.length === 1, 'g1 by uuid');
-    // bob's stream saw alice's changes happen and sent nothing
-    await new Promise((r) => setImmediate(r));
-    assert.deepEqual(bobs.events, []);
+    // a positive control: an event of bob's own, committed after alice's, reaches his stream; by then
+    // every event before it would have too, and none of alice's did
+    ok(await h.call('POST', '/v1/instances', bob, { image: 'app:latest', name: 'bobs-own' }));
+    await bobs.until((es) => es.length >= 1, "bob's own event");
+    assert.deepEqual(
+      bobs.events.map((e) => JSON.parse(e.data).instance.name),
+      ['bobs-own'],
+      "bob's stream carries his event only",
+    );
     for (const s of [byGroup, byName, bobs, byUuid]) s.close();
   });
 

@@ -13,11 +13,12 @@ import { openStore } from '../../src/store/open.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { postgresMissing, startTestPostgres, type TestPostgres } from '../helpers/postgres.js';
 import { simMachines } from '../helpers/sim-machines.js';
+import { requirePart } from '../helpers/require.js';
 
 const missing = postgresMissing();
 const data = (r: { body: any }) => Object.values(r.body.data as Record<string, any[]>)[0]!;
 
-describe('PostgreSQL lost while the daemon runs', { skip: missing ?? false }, () => {
+describe('PostgreSQL lost while the daemon runs', { skip: requirePart(missing) }, () => {
   let pg: TestPostgres;
   let url: string;
   let h: Harness;

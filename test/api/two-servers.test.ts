@@ -14,11 +14,12 @@ import { FiguresPublisher, LocalFigures } from '../../src/reconcile/figures.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
 import { simMachines } from '../helpers/sim-machines.js';
+import { requirePart } from '../helpers/require.js';
 
 const missing = postgresMissing();
 const data = (r: { body: any }) => Object.values(r.body.data as Record<string, any[]>)[0]!;
 
-describe('two API servers on one PostgreSQL', { skip: missing ?? false }, () => {
+describe('two API servers on one PostgreSQL', { skip: requirePart(missing) }, () => {
   let a: Harness;
   let b: Harness;
   let token: string;

@@ -43,6 +43,8 @@ export interface CrashReport extends CheckResult {
   unanswered: number;
   refused: number;
   daemonKills: number;
+  /** daemon kills that landed while requests were in flight (not after the workload ended) */
+  killsInFlight: number;
   qemuKills: number;
   instances: number;
   volumes: number;
@@ -59,6 +61,7 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
   const d = new CrashDaemon({ dataDir, port: 7990, guestOut: guestOut() });
   const ledger = new Ledger();
   let daemonKills = 0;
+  let killsInFlight = 0;
   let qemuKills = 0;
   try {
     const token = d.prepare();
@@ -85,6 +88,7 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
         await sleep(Math.floor(rnd() * 200)); // land anywhere: mid-request, mid-transaction, mid-boot
         let reopen!: () => void;
         upGate = new Promise<void>((r) => (reopen = r));
+        if (ledger.inFlight > 0) killsInFlight++;
         await d.kill();
         daemonKills++;
         if (rnd() < 0.3) {
@@ -124,6 +128,7 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
       unanswered: ledger.unanswered,
       refused: ledger.refused,
       daemonKills,
+      killsInFlight,
       qemuKills,
       instances: ledger.instances.size,
       volumes: ledger.volumes.size,
@@ -153,7 +158,7 @@ export function describeReport(r: CrashReport): string {
   const lines = [
     `seed ${r.seed}: ${r.ops} operations (${r.acknowledged} acknowledged, ${r.refused} refused, ${r.unanswered} unanswered by a killed daemon)`,
     `objects: ${r.instances} instances, ${r.volumes} volumes, ${r.groups} groups created`,
-    `kills: ${r.daemonKills} daemon (SIGKILL), ${r.qemuKills} QEMU`,
+    `kills: ${r.daemonKills} daemon (SIGKILL; ${r.killsInFlight} with requests in flight), ${r.qemuKills} QEMU`,
     `lost acknowledged writes: ${r.lost.length}`,
     ...r.lost.map((l) => `  ${l}`),
     `leftovers the store does not know: ${r.leftovers.length}`,

@@ -50,6 +50,8 @@ export class Ledger {
   acknowledged = 0;
   unanswered = 0;
   refused = 0;
+  /** requests sent and not answered yet (a kill now interrupts them) */
+  inFlight = 0;
 }
 
 type Reply = { ok: true; entry: Record<string, unknown> } | { ok: false; answered: boolean };
@@ -76,6 +78,7 @@ export class Client {
 
   private async call(method: string, path: string, body: unknown, plural: string): Promise<Reply> {
     await this.o.up();
+    this.o.ledger.inFlight++;
     try {
       const r = await request(this.o.url + path, {
         method: method as 'GET',
@@ -90,6 +93,8 @@ export class Client {
       return { ok: false, answered: true };
     } catch {
       return { ok: false, answered: false }; // the daemon died under the request
+    } finally {
+      this.o.ledger.inFlight--;
     }
   }
 

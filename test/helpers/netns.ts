@@ -9,6 +9,7 @@ import { execFileSync, spawnSync, type SpawnSyncReturns } from 'node:child_proce
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
+import { requirePart } from './require.js';
 
 const has = (cmd: string): boolean => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
 
@@ -60,9 +61,16 @@ export function runFileInNewNetns(
   }
 }
 
-/** The outer run: one test that runs `fileUrl` inside a fresh namespace and fails with its output. */
-export function runInTestNetns(fileUrl: string, title: string, skip: string | false = false): void {
-  test(title, { skip }, () => {
+/**
+ * The outer run: one test that runs `fileUrl` inside a fresh namespace and
+ * fails with its output. `missing` names a part the file needs that this
+ * machine lacks (test/helpers/require.ts: a skip, or under
+ * UNIHOST_REQUIRE_ALL=1 a failure). The inner run's skips, with their
+ * reasons, and its counts are passed through as diagnostics, and an inner
+ * run that ran no test at all fails.
+ */
+export function runInTestNetns(fileUrl: string, title: string, missing: string | false = false): void {
+  test(title, { skip: requirePart(missing) }, (t) => {
     const r = runFileInNewNetns(fileUrl, {
       prefix: 'uhtest',
       node: ['--test', '--test-reporter=spec'],
@@ -70,7 +78,20 @@ export function runInTestNetns(fileUrl: string, title: string, skip: string | fa
       env: { NODE_TEST_CONTEXT: undefined },
     });
     const out = `${r.stdout}\n${r.stderr}`;
+    for (const line of innerReport(r.stdout)) t.diagnostic(line);
     assert.equal(r.status, 0, `inner run failed:\n${out.slice(-6000)}`);
-    assert.match(r.stdout, /ℹ fail 0/);
+    assert.match(r.stdout, /ℹ fail 0/, out.slice(-6000));
+    assert.doesNotMatch(r.stdout, /ℹ pass 0\n/, `the inner run passed no test:\n${out.slice(-6000)}`);
   });
+}
+
+/** What the outer report shows of an inner run: every skipped test with its reason, and the counts. */
+export function innerReport(stdout: string): string[] {
+  const lines = stdout.split('\n');
+  const skips = lines.filter((l) => /^\s*﹣ /.test(l)).map((l) => `inner skip: ${l.trim().replace(/^﹣ /, '')}`);
+  const counts = lines
+    .filter((l) => /^ℹ (tests|pass|fail|skipped|todo) \d+/.test(l))
+    .map((l) => l.slice(2))
+    .join(', ');
+  return [...skips, `inner run: ${counts}`];
 }

@@ -94,16 +94,34 @@ export function unikraftDir(): string | undefined {
 }
 
 /**
- * The end of a VM suite: deletes every instance of `tokens`' users, waits for
- * their VMs to go, closes the daemon and fails when a QEMU was left behind.
+ * The leak check of a VM suite: waits, killing nothing, until no QEMU of
+ * `marks` (data dirs, instance ids) runs; one that still runs after `graceMs`
+ * outlived its instance: it is killed only then (nothing may outlive the
+ * run), and the check fails naming it.
+ */
+export async function assertNoVmLeft(marks: string[], graceMs = 20_000): Promise<void> {
+  await poll('VMs gone', () => qemuProcs(marks).length === 0, graceMs).catch(() => undefined);
+  const left = killLeaks(marks);
+  assert.deepEqual(
+    left.map((p) => `pid ${p.pid}: ${p.cmdline}`),
+    [],
+    'a VM outlived its instance: QEMU processes left behind (killed after this check)',
+  );
+}
+
+/**
+ * The end of a VM suite: deletes every instance of `tokens`' users, closes
+ * the daemon, and fails when a QEMU was left behind (assertNoVmLeft).
  */
 export async function closeVmHarness(h: Harness, tokens: string[]): Promise<void> {
   for (const t of tokens) {
     const list = await h.call('GET', '/v1/instances/list', t);
     for (const i of list.body?.data?.instances ?? []) await h.call('DELETE', `/v1/instances/${i.uuid}`, t);
   }
-  await poll('VMs gone', () => killLeaks([h.dataDir]).length === 0, 20_000).catch(() => undefined);
   const dataDir = h.dataDir;
-  await h.close();
-  assert.deepEqual(killLeaks([dataDir]), [], 'QEMU processes left behind');
+  try {
+    await assertNoVmLeft([dataDir]);
+  } finally {
+    await h.close();
+  }
 }

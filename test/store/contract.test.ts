@@ -14,6 +14,7 @@ import { openStore } from '../../src/store/open.js';
 import type { FeedEvent, InstanceRec, Store, Tx } from '../../src/store/types.js';
 import { NEVER_RUN, fire } from '../../src/domain/instance-states.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
+import { requirePart } from '../helpers/require.js';
 
 const dirs: string[] = [];
 after(() => {
@@ -89,7 +90,7 @@ async function eventually(cond: () => boolean, what: string, ms = 5000): Promise
 
 for (const kind of KINDS) {
   const missing = kind.name === 'postgres' ? postgresMissing() : undefined;
-  describe(`store contract: ${kind.name}`, { skip: missing ?? false }, () => {
+  describe(`store contract: ${kind.name}`, { skip: requirePart(missing) }, () => {
     test('records round-trip: JSON, booleans, nulls, the spec and status halves of an instance', async () => {
       const db = await kind.fresh();
       const s = await db.open();

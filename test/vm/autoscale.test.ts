@@ -18,7 +18,7 @@ import { request } from 'undici';
 import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
-import { guestOut, killLeaks, poll } from '../helpers/vm.js';
+import { assertNoVmLeft, guestOut, poll } from '../helpers/vm.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -54,10 +54,12 @@ if (!insideTestNetns()) {
       if (!h) return;
       for (const i of (await h.call('GET', '/v1/instances/list', dev)).body?.data?.instances ?? [])
         await h.call('DELETE', `/v1/instances/${i.uuid}`, dev);
-      await poll('VMs gone', () => killLeaks([h.dataDir]).length === 0, 20_000).catch(() => undefined);
       const dataDir = h.dataDir;
-      await h.close();
-      assert.deepEqual(killLeaks([dataDir]), [], 'QEMU processes left behind');
+      try {
+        await assertNoVmLeft([dataDir]);
+      } finally {
+        await h.close();
+      }
     });
 
     const groupInstances = async (): Promise<Any[]> => {

@@ -11,7 +11,7 @@ import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
 import { runCli, spawnCli, untilOutput } from '../helpers/cli.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
-import { guestOut, killLeaks, poll, qemuProcs } from '../helpers/vm.js';
+import { assertNoVmLeft, guestOut } from '../helpers/vm.js';
 
 let h: Harness;
 let env: Record<string, string>;
@@ -30,15 +30,10 @@ after(async () => {
   const dataDir = h.dataDir;
   try {
     await runCli(['instance', 'delete', 'talk'], env).catch(() => undefined);
-    await poll('VMs gone after delete', () => qemuProcs([dataDir]).length === 0, 20_000).catch(() => undefined);
+    await assertNoVmLeft([dataDir]);
   } finally {
     await h.close();
   }
-  assert.deepEqual(
-    killLeaks([dataDir]).map((p) => p.cmdline),
-    [],
-    'QEMU processes left behind',
-  );
 });
 
 test('logs -f started right after create prints the booting guest output and exits 0 when it stops', async () => {

@@ -97,10 +97,22 @@ if (!insideTestNetns()) {
       assert.equal(b.body.data.instances[0].state, 'running');
       assert.equal(c.body.data.instances[0].state, 'running');
 
-      // the host side reaches the guest's port over the bridge
+      // the host side reaches the guest's port over the bridge; the instance's counters are its real tap's
+      const counters = async () =>
+        (await h.call('GET', '/v1/instances/metrics', alice, { name: 'a' })).body.data.instances[0] as Any;
+      const m0 = await counters();
       const res = await request(`http://${aIp}:8080/`);
       assert.equal(res.statusCode, 200);
-      assert.match(await res.body.text(), /hello from unihost/);
+      const page = await res.body.text();
+      assert.match(page, /hello from unihost/);
+      const m1 = await counters();
+      // seen from the guest: it received the request (rx) and sent the page (tx), headers and TCP included
+      assert.ok(m1.rx_packets > m0.rx_packets && m1.tx_packets > m0.tx_packets, JSON.stringify([m0, m1]));
+      assert.ok(
+        m1.tx_bytes - m0.tx_bytes >= page.length,
+        `the page's bytes left the guest: ${JSON.stringify([m0, m1])}`,
+      );
+      assert.ok(m1.rx_bytes > m0.rx_bytes);
 
       await poll(
         'b fetched a by name and by IP',

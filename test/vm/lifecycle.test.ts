@@ -14,7 +14,7 @@ import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
 import type { InstanceRec } from '../../src/store/types.js';
 import { startHarness, type Harness, type Reply } from '../helpers/harness.js';
-import { guestOut, killLeaks, poll, qemuProcs } from '../helpers/vm.js';
+import { assertNoVmLeft, guestOut, poll, qemuProcs } from '../helpers/vm.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -38,15 +38,12 @@ after(async () => {
   if (!h) return;
   const list = await h.call('GET', '/v1/instances/list', tok);
   for (const i of list.body?.data?.instances ?? []) await h.call('DELETE', `/v1/instances/${i.uuid}`, tok);
-  await poll('VMs gone after delete', () => qemuProcs([h.dataDir]).length === 0, 20_000).catch(() => undefined);
   const dataDir = h.dataDir;
-  await h.close();
-  const leaked = killLeaks([dataDir, ...Object.values(ids)]);
-  assert.deepEqual(
-    leaked.map((p) => p.cmdline),
-    [],
-    'QEMU processes left behind',
-  );
+  try {
+    await assertNoVmLeft([dataDir, ...Object.values(ids)]);
+  } finally {
+    await h.close();
+  }
 });
 
 const call = (m: string, p: string, body?: unknown) => h.call(m, p, tok, body);

@@ -19,6 +19,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { HostNetwork, tapName, type TapSpec } from '../../src/network/host.js';
+import { requirePart } from '../helpers/require.js';
 import { macFor } from '../../src/network/address.js';
 import { hostTscKhz } from '../../src/machines/qemu/argv.js';
 
@@ -152,67 +153,71 @@ function hostGet(url: string): string | undefined {
   }
 }
 
-describe('private network with real guests', { skip: !ready && 'needs root, ip, nft, qemu and guest/out' }, () => {
-  const opts = { subnet: SUBNET, netns: ns };
+describe(
+  'private network with real guests',
+  { skip: requirePart(!ready && 'needs root, ip, nft, qemu and guest/out') },
+  () => {
+    const opts = { subnet: SUBNET, netns: ns };
 
-  before(async () => {
-    execFileSync('ip', ['netns', 'add', ns]);
-    execFileSync('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
-    const net = new HostNetwork(opts);
-    await net.setup();
-    for (const g of guests) await net.ensureTap(g);
-    await startHostSide();
-    for (const g of guests) boot(g, net);
-  });
+    before(async () => {
+      execFileSync('ip', ['netns', 'add', ns]);
+      execFileSync('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
+      const net = new HostNetwork(opts);
+      await net.setup();
+      for (const g of guests) await net.ensureTap(g);
+      await startHostSide();
+      for (const g of guests) boot(g, net);
+    });
 
-  after(async () => {
-    for (const p of children) if (p.exitCode === null) p.kill('SIGKILL');
-    await Promise.all(children.map((p) => (p.exitCode === null ? new Promise((r) => p.once('exit', r)) : null)));
-    execFileSync('ip', ['netns', 'del', ns]);
-    if (process.env.UNIHOST_KEEP_WORK) console.log(`work dir kept: ${work}`);
-    else rmSync(work, { recursive: true, force: true });
-  });
+    after(async () => {
+      for (const p of children) if (p.exitCode === null) p.kill('SIGKILL');
+      await Promise.all(children.map((p) => (p.exitCode === null ? new Promise((r) => p.once('exit', r)) : null)));
+      execFileSync('ip', ['netns', 'del', ns]);
+      if (process.env.UNIHOST_KEEP_WORK) console.log(`work dir kept: ${work}`);
+      else rmSync(work, { recursive: true, force: true });
+    });
 
-  test('the host reaches a guest port over the bridge', async () => {
-    await until('a serving', () => /http: listening/.test(con(a)));
-    const body = await until('host -> a:8080', () => hostGet('http://10.99.0.2:8080/'), 60_000);
-    assert.match(body, /hello from unihost http/);
-  });
+    test('the host reaches a guest port over the bridge', async () => {
+      await until('a serving', () => /http: listening/.test(con(a)));
+      const body = await until('host -> a:8080', () => hostGet('http://10.99.0.2:8080/'), 60_000);
+      assert.match(body, /hello from unihost http/);
+    });
 
-  test('a guest reaches another guest of its user by <name>.internal and by IP', async () => {
-    await until('b -> a.internal ok', () => results(b, 'http://a.internal:8080/').includes('ok'));
-    await until('b -> a by IP ok', () => results(b, 'http://10.99.0.2:8080/').includes('ok'));
-    assert.match(con(b), /fetch: \d+ http:\/\/a\.internal:8080\/ ok hello from unihost http/);
-  });
+    test('a guest reaches another guest of its user by <name>.internal and by IP', async () => {
+      await until('b -> a.internal ok', () => results(b, 'http://a.internal:8080/').includes('ok'));
+      await until('b -> a by IP ok', () => results(b, 'http://10.99.0.2:8080/').includes('ok'));
+      assert.match(con(b), /fetch: \d+ http:\/\/a\.internal:8080\/ ok hello from unihost http/);
+    });
 
-  test("a guest of another user reaches neither the other user's guest nor its name", async () => {
-    // a serves (b got answers above): c's attempts from now on must fail
-    const n = results(c, 'http://a.internal:8080/').length;
-    await until('c: 2 more rounds', () => results(c, 'http://a.internal:8080/').length >= n + 2);
-    assert.deepEqual([...new Set(results(c, 'http://10.99.0.2:8080/'))], ['failed']);
-    assert.deepEqual([...new Set(results(c, 'http://a.internal:8080/'))], ['failed']);
-  });
+    test("a guest of another user reaches neither the other user's guest nor its name", async () => {
+      // a serves (b got answers above): c's attempts from now on must fail
+      const n = results(c, 'http://a.internal:8080/').length;
+      await until('c: 2 more rounds', () => results(c, 'http://a.internal:8080/').length >= n + 2);
+      assert.deepEqual([...new Set(results(c, 'http://10.99.0.2:8080/'))], ['failed']);
+      assert.deepEqual([...new Set(results(c, 'http://a.internal:8080/'))], ['failed']);
+    });
 
-  test('guests reach the host only on DNS, not on other host ports', async () => {
-    assert.equal(hostGet(`http://${GW}:${HOST_PORT}/`), 'host-only\n', 'the service itself works');
-    await until('b: 2 tries of the host port', () => results(b, `http://${GW}:${HOST_PORT}/`).length >= 2);
-    assert.deepEqual([...new Set(results(b, `http://${GW}:${HOST_PORT}/`))], ['failed']);
-  });
+    test('guests reach the host only on DNS, not on other host ports', async () => {
+      assert.equal(hostGet(`http://${GW}:${HOST_PORT}/`), 'host-only\n', 'the service itself works');
+      await until('b: 2 tries of the host port', () => results(b, `http://${GW}:${HOST_PORT}/`).length >= 2);
+      assert.deepEqual([...new Set(results(b, `http://${GW}:${HOST_PORT}/`))], ['failed']);
+    });
 
-  test('a daemon restart (fresh setup + sync) keeps running guests connected and removes leftovers', async () => {
-    execFileSync('ip', ['-n', ns, 'tuntap', 'add', 'dev', 'uhfeedfacefeed', 'mode', 'tap']);
-    const okBefore = results(b, 'http://10.99.0.2:8080/').length;
-    const net = new HostNetwork(opts);
-    await net.setup();
-    const r = await net.sync(guests);
-    assert.deepEqual(r, { created: [], removed: ['uhfeedfacefeed'] });
-    assert.match(hostGet('http://10.99.0.2:8080/') ?? '', /hello from unihost http/);
-    await until('b: 2 more rounds', () => results(b, 'http://10.99.0.2:8080/').length >= okBefore + 2);
-    const later = results(b, 'http://10.99.0.2:8080/').slice(okBefore);
-    assert.ok(
-      later.every((x) => x === 'ok'),
-      `b -> a after the restart: ${later.join(' ')}`,
-    );
-    assert.deepEqual([...new Set(results(c, 'http://10.99.0.2:8080/'))], ['failed'], 'still isolated');
-  });
-});
+    test('a daemon restart (fresh setup + sync) keeps running guests connected and removes leftovers', async () => {
+      execFileSync('ip', ['-n', ns, 'tuntap', 'add', 'dev', 'uhfeedfacefeed', 'mode', 'tap']);
+      const okBefore = results(b, 'http://10.99.0.2:8080/').length;
+      const net = new HostNetwork(opts);
+      await net.setup();
+      const r = await net.sync(guests);
+      assert.deepEqual(r, { created: [], removed: ['uhfeedfacefeed'] });
+      assert.match(hostGet('http://10.99.0.2:8080/') ?? '', /hello from unihost http/);
+      await until('b: 2 more rounds', () => results(b, 'http://10.99.0.2:8080/').length >= okBefore + 2);
+      const later = results(b, 'http://10.99.0.2:8080/').slice(okBefore);
+      assert.ok(
+        later.every((x) => x === 'ok'),
+        `b -> a after the restart: ${later.join(' ')}`,
+      );
+      assert.deepEqual([...new Set(results(c, 'http://10.99.0.2:8080/'))], ['failed'], 'still isolated');
+    });
+  },
+);

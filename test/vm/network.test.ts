@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { HostNetwork, tapName, type TapSpec } from '../../src/network/host.js';
 import { macFor } from '../../src/network/address.js';
+import { requirePart } from '../helpers/require.js';
 
 const canRun = process.getuid?.() === 0 && has('ip') && has('nft');
 function has(cmd: string): boolean {
@@ -43,130 +44,138 @@ function spec(userId: string, ip: string): TapSpec {
   return { tap: tapName(id), userId, ip, mac: macFor(`${id}:nic0`) };
 }
 
-describe('HostNetwork (in a private network namespace)', { skip: !canRun && 'needs root, ip and nft' }, () => {
-  const opts = { subnet: '10.77.0.0/16', netns: ns };
-  const a1 = spec('alice', '10.77.0.2');
-  const a2 = spec('alice', '10.77.0.3');
-  const b1 = spec('bob', '10.77.0.4');
+describe(
+  'HostNetwork (in a private network namespace)',
+  { skip: requirePart(!canRun && 'needs root, ip and nft') },
+  () => {
+    const opts = { subnet: '10.77.0.0/16', netns: ns };
+    const a1 = spec('alice', '10.77.0.2');
+    const a2 = spec('alice', '10.77.0.3');
+    const b1 = spec('bob', '10.77.0.4');
 
-  before(() => {
-    execFileSync('ip', ['netns', 'add', ns]);
-  });
-  after(() => {
-    execFileSync('ip', ['netns', 'del', ns]);
-  });
+    before(() => {
+      execFileSync('ip', ['netns', 'add', ns]);
+    });
+    after(() => {
+      execFileSync('ip', ['netns', 'del', ns]);
+    });
 
-  test('tapName: uh + 12 hex digits, UUID prefix or hash, ≤ 15 chars', () => {
-    assert.equal(tapName('0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0'), 'uh0f1e2d3c4b5a');
-    assert.match(tapName('instance-42'), /^uh[0-9a-f]{12}$/);
-    assert.notEqual(tapName('instance-42'), tapName('instance-43'));
-  });
+    test('tapName: uh + 12 hex digits, UUID prefix or hash, ≤ 15 chars', () => {
+      assert.equal(tapName('0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0'), 'uh0f1e2d3c4b5a');
+      assert.match(tapName('instance-42'), /^uh[0-9a-f]{12}$/);
+      assert.notEqual(tapName('instance-42'), tapName('instance-43'));
+    });
 
-  test('setup creates the bridge with the gateway address, a fixed MAC, up; idempotent', async () => {
-    const net = new HostNetwork(opts);
-    await net.setup();
-    const br = link('uhbr0')!;
-    assert.ok(br, 'bridge exists');
-    assert.equal(br.linkinfo?.info_kind, 'bridge');
-    assert.ok(br.flags.includes('UP'));
-    assert.deepEqual(inet4('uhbr0'), ['10.77.0.1/16']);
-    // a stale address (e.g. the subnet changed in the config) is replaced
-    sh('ip', 'addr', 'add', '192.168.50.1/24', 'dev', 'uhbr0');
-    await net.setup();
-    await new HostNetwork(opts).setup();
-    assert.deepEqual(inet4('uhbr0'), ['10.77.0.1/16']);
-    assert.equal(link('uhbr0')!.address, br.address, 'MAC unchanged');
-    assert.equal(net.netdevIp('10.77.0.9'), '10.77.0.9/16:10.77.0.1:10.77.0.1');
-  });
+    test('setup creates the bridge with the gateway address, a fixed MAC, up; idempotent', async () => {
+      const net = new HostNetwork(opts);
+      await net.setup();
+      const br = link('uhbr0')!;
+      assert.ok(br, 'bridge exists');
+      assert.equal(br.linkinfo?.info_kind, 'bridge');
+      assert.ok(br.flags.includes('UP'));
+      assert.deepEqual(inet4('uhbr0'), ['10.77.0.1/16']);
+      // a stale address (e.g. the subnet changed in the config) is replaced
+      sh('ip', 'addr', 'add', '192.168.50.1/24', 'dev', 'uhbr0');
+      await net.setup();
+      await new HostNetwork(opts).setup();
+      assert.deepEqual(inet4('uhbr0'), ['10.77.0.1/16']);
+      assert.equal(link('uhbr0')!.address, br.address, 'MAC unchanged');
+      assert.equal(net.netdevIp('10.77.0.9'), '10.77.0.9/16:10.77.0.1:10.77.0.1');
+    });
 
-  test('ensureTap creates, attaches and raises a tap; idempotent; the MAC of the bridge stays', async () => {
-    const net = new HostNetwork(opts);
-    await net.sync([]);
-    const mac = link('uhbr0')!.address;
-    await net.ensureTap(a1);
-    await net.ensureTap(a1);
-    await net.ensureTap(a2);
-    for (const t of [a1, a2]) {
-      const l = link(t.tap)!;
-      assert.equal(l.linkinfo?.info_kind, 'tun');
-      assert.equal(l.master, 'uhbr0');
-      assert.ok(l.flags.includes('UP'));
-    }
-    assert.equal(link('uhbr0')!.address, mac, 'bridge MAC does not follow its ports');
-    assert.deepEqual(await net.listTaps(), [a1.tap, a2.tap].sort());
-    await net.removeTap(a2.tap);
-    await net.removeTap(a2.tap);
-    assert.equal(link(a2.tap), undefined);
-  });
+    test('ensureTap creates, attaches and raises a tap; idempotent; the MAC of the bridge stays', async () => {
+      const net = new HostNetwork(opts);
+      await net.sync([]);
+      const mac = link('uhbr0')!.address;
+      await net.ensureTap(a1);
+      await net.ensureTap(a1);
+      await net.ensureTap(a2);
+      for (const t of [a1, a2]) {
+        const l = link(t.tap)!;
+        assert.equal(l.linkinfo?.info_kind, 'tun');
+        assert.equal(l.master, 'uhbr0');
+        assert.ok(l.flags.includes('UP'));
+      }
+      assert.equal(link('uhbr0')!.address, mac, 'bridge MAC does not follow its ports');
+      assert.deepEqual(await net.listTaps(), [a1.tap, a2.tap].sort());
+      await net.removeTap(a2.tap);
+      await net.removeTap(a2.tap);
+      assert.equal(link(a2.tap), undefined);
+    });
 
-  test('sync (fresh object, as after a restart) deletes stray unihost taps only and creates missing ones', async () => {
-    sh('ip', 'tuntap', 'add', 'dev', 'uhdeadbeef0000', 'mode', 'tap'); // leftover, unattached
-    sh('ip', 'tuntap', 'add', 'dev', 'uhcafe00000000', 'mode', 'tap');
-    sh('ip', 'link', 'set', 'dev', 'uhcafe00000000', 'master', 'uhbr0'); // leftover, attached
-    sh('ip', 'tuntap', 'add', 'dev', 'other0', 'mode', 'tap'); // not ours
-    sh('ip', 'link', 'add', 'name', 'otherbr', 'type', 'bridge');
-    sh('ip', 'tuntap', 'add', 'dev', 'uh0000other00', 'mode', 'tap');
-    sh('ip', 'link', 'set', 'dev', 'uh0000other00', 'master', 'otherbr'); // another bridge's port
-    const ifindex = (JSON.parse(sh('ip', '-j', 'link', 'show', 'dev', a1.tap)) as { ifindex: number }[])[0]!.ifindex;
+    test('sync (fresh object, as after a restart) deletes stray unihost taps only and creates missing ones', async () => {
+      sh('ip', 'tuntap', 'add', 'dev', 'uhdeadbeef0000', 'mode', 'tap'); // leftover, unattached
+      sh('ip', 'tuntap', 'add', 'dev', 'uhcafe00000000', 'mode', 'tap');
+      sh('ip', 'link', 'set', 'dev', 'uhcafe00000000', 'master', 'uhbr0'); // leftover, attached
+      sh('ip', 'tuntap', 'add', 'dev', 'other0', 'mode', 'tap'); // not ours
+      sh('ip', 'link', 'add', 'name', 'otherbr', 'type', 'bridge');
+      sh('ip', 'tuntap', 'add', 'dev', 'uh0000other00', 'mode', 'tap');
+      sh('ip', 'link', 'set', 'dev', 'uh0000other00', 'master', 'otherbr'); // another bridge's port
+      const ifindex = (JSON.parse(sh('ip', '-j', 'link', 'show', 'dev', a1.tap)) as { ifindex: number }[])[0]!.ifindex;
 
-    const net = new HostNetwork(opts);
-    await net.setup();
-    const r = await net.sync([a1, b1]);
-    assert.deepEqual(r.removed, ['uhcafe00000000', 'uhdeadbeef0000']);
-    assert.deepEqual(r.created, [b1.tap]);
-    const names = links().map((l) => l.ifname);
-    for (const n of ['other0', 'uh0000other00', a1.tap, b1.tap]) assert.ok(names.includes(n), `${n} kept`);
-    assert.ok(!names.includes('uhdeadbeef0000') && !names.includes('uhcafe00000000'));
-    const again = (JSON.parse(sh('ip', '-j', 'link', 'show', 'dev', a1.tap)) as { ifindex: number }[])[0]!.ifindex;
-    assert.equal(again, ifindex, 'the expected tap was not recreated');
-    assert.deepEqual(await net.sync([a1, b1]), { created: [], removed: [] });
-  });
+      const net = new HostNetwork(opts);
+      await net.setup();
+      const r = await net.sync([a1, b1]);
+      assert.deepEqual(r.removed, ['uhcafe00000000', 'uhdeadbeef0000']);
+      assert.deepEqual(r.created, [b1.tap]);
+      const names = links().map((l) => l.ifname);
+      for (const n of ['other0', 'uh0000other00', a1.tap, b1.tap]) assert.ok(names.includes(n), `${n} kept`);
+      assert.ok(!names.includes('uhdeadbeef0000') && !names.includes('uhcafe00000000'));
+      const again = (JSON.parse(sh('ip', '-j', 'link', 'show', 'dev', a1.tap)) as { ifindex: number }[])[0]!.ifindex;
+      assert.equal(again, ifindex, 'the expected tap was not recreated');
+      assert.deepEqual(await net.sync([a1, b1]), { created: [], removed: [] });
+    });
 
-  test('nft rules: per-user chains, address sets, guests reach the host only on DNS', async () => {
-    const net = new HostNetwork(opts);
-    await net.sync([a1, a2, b1]);
-    const br = sh('nft', 'list', 'table', 'bridge', 'unihost');
-    const chainOf = (tap: string): string => new RegExp(`"${tap}" : jump (u\\d+)`).exec(br)?.[1] ?? 'none';
-    assert.equal(chainOf(a1.tap), chainOf(a2.tap), 'alice taps share a chain');
-    assert.notEqual(chainOf(a1.tap), chainOf(b1.tap));
-    const alice = new RegExp(`chain ${chainOf(a1.tap)} \\{\\s*oifname \\{([^}]*)\\} accept\\s*drop`).exec(br)![1]!;
-    assert.deepEqual(
-      alice
-        .split(',')
-        .map((t) => t.trim())
-        .sort(),
-      [`"${a1.tap}"`, `"${a2.tap}"`].sort(),
-    );
-    for (const t of [a1, a2, b1]) {
-      assert.match(br, new RegExp(`"${t.tap}" \\. ${t.mac}`), 'MAC set');
-      assert.match(br, new RegExp(`"${t.tap}" \\. ${t.ip.replace(/\./g, '\\.')}`), 'IP set');
-    }
-    const inet = sh('nft', 'list', 'table', 'inet', 'unihost');
-    assert.match(inet, /udp dport 53 accept/);
-    assert.match(inet, /iifname "uhbr0" drop/);
-    // one table per family only, however often the rules are rebuilt
-    await net.sync([a1, b1]);
-    const tables = sh('nft', 'list', 'tables').trim().split('\n').sort();
-    assert.deepEqual(tables, ['table bridge unihost', 'table inet unihost']);
-    assert.doesNotMatch(sh('nft', 'list', 'table', 'bridge', 'unihost'), new RegExp(a2.tap), 'a2 gone from the rules');
-  });
+    test('nft rules: per-user chains, address sets, guests reach the host only on DNS', async () => {
+      const net = new HostNetwork(opts);
+      await net.sync([a1, a2, b1]);
+      const br = sh('nft', 'list', 'table', 'bridge', 'unihost');
+      const chainOf = (tap: string): string => new RegExp(`"${tap}" : jump (u\\d+)`).exec(br)?.[1] ?? 'none';
+      assert.equal(chainOf(a1.tap), chainOf(a2.tap), 'alice taps share a chain');
+      assert.notEqual(chainOf(a1.tap), chainOf(b1.tap));
+      const alice = new RegExp(`chain ${chainOf(a1.tap)} \\{\\s*oifname \\{([^}]*)\\} accept\\s*drop`).exec(br)![1]!;
+      assert.deepEqual(
+        alice
+          .split(',')
+          .map((t) => t.trim())
+          .sort(),
+        [`"${a1.tap}"`, `"${a2.tap}"`].sort(),
+      );
+      for (const t of [a1, a2, b1]) {
+        assert.match(br, new RegExp(`"${t.tap}" \\. ${t.mac}`), 'MAC set');
+        assert.match(br, new RegExp(`"${t.tap}" \\. ${t.ip.replace(/\./g, '\\.')}`), 'IP set');
+      }
+      const inet = sh('nft', 'list', 'table', 'inet', 'unihost');
+      assert.match(inet, /udp dport 53 accept/);
+      assert.match(inet, /iifname "uhbr0" drop/);
+      // one table per family only, however often the rules are rebuilt
+      await net.sync([a1, b1]);
+      const tables = sh('nft', 'list', 'tables').trim().split('\n').sort();
+      assert.deepEqual(tables, ['table bridge unihost', 'table inet unihost']);
+      assert.doesNotMatch(
+        sh('nft', 'list', 'table', 'bridge', 'unihost'),
+        new RegExp(a2.tap),
+        'a2 gone from the rules',
+      );
+    });
 
-  test('bad input is rejected before anything runs', async () => {
-    const net = new HostNetwork(opts);
-    await assert.rejects(net.ensureTap({ ...a1, mac: '02:00:00:00:00:0g' }), /bad MAC/);
-    await assert.rejects(net.ensureTap({ ...a1, ip: '10.77.0.300' }), /bad IPv4/);
-    await assert.rejects(net.ensureTap({ ...a1, tap: 'uh"; flush ruleset' }), /bad tap name/);
-    await assert.rejects(net.ensureTap({ ...a1, tap: 'eth0' }), /does not start with 'uh'/);
-    assert.ok(link('eth0') === undefined);
-  });
+    test('bad input is rejected before anything runs', async () => {
+      const net = new HostNetwork(opts);
+      await assert.rejects(net.ensureTap({ ...a1, mac: '02:00:00:00:00:0g' }), /bad MAC/);
+      await assert.rejects(net.ensureTap({ ...a1, ip: '10.77.0.300' }), /bad IPv4/);
+      await assert.rejects(net.ensureTap({ ...a1, tap: 'uh"; flush ruleset' }), /bad tap name/);
+      await assert.rejects(net.ensureTap({ ...a1, tap: 'eth0' }), /does not start with 'uh'/);
+      assert.ok(link('eth0') === undefined);
+    });
 
-  test('teardown removes taps, bridge and rules; idempotent', async () => {
-    const net = new HostNetwork(opts);
-    await net.teardown();
-    await net.teardown();
-    const names = links().map((l) => l.ifname);
-    assert.ok(!names.includes('uhbr0'));
-    assert.ok(!names.some((n) => n.startsWith('uh') && n !== 'uh0000other00'), names.join(','));
-    assert.equal(sh('nft', 'list', 'tables').trim(), '');
-  });
-});
+    test('teardown removes taps, bridge and rules; idempotent', async () => {
+      const net = new HostNetwork(opts);
+      await net.teardown();
+      await net.teardown();
+      const names = links().map((l) => l.ifname);
+      assert.ok(!names.includes('uhbr0'));
+      assert.ok(!names.some((n) => n.startsWith('uh') && n !== 'uh0000other00'), names.join(','));
+      assert.equal(sh('nft', 'list', 'tables').trim(), '');
+    });
+  },
+);

@@ -24,6 +24,7 @@ import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
 import { closeVmHarness, guestOut, poll, unikraftDir } from '../helpers/vm.js';
+import { requirePart } from '../helpers/require.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -139,26 +140,35 @@ if (!insideTestNetns()) {
       }
     });
 
-    test('c-http (Unikraft) in TCP mode: a TLS connection wakes it and reaches the app', { skip: !UK }, async () => {
-      const web = await create('uk', 'c-http:latest', [{ port: 8443, destination_port: 8080, handlers: ['tls'] }], 16);
-      await standby('uk');
-      // c-http ignores shutdown requests: the platform's stop ends it at once (forced, 20)
-      assert.equal((await get('uk')).stop_reason, 20);
-      const t0 = Date.now();
-      const answer = await new Promise<string>((resolve, reject) => {
-        const s = tls.connect({ host: '127.0.0.1', port: gwc.dataPlane!.boundPort(8443)!, servername: web.fqdn, ca });
-        let text = '';
-        s.once('secureConnect', () => s.write(`GET / HTTP/1.1\r\nHost: ${web.fqdn}\r\nConnection: close\r\n\r\n`));
-        s.on('data', (d: Buffer) => (text += d.toString()));
-        s.once('end', () => resolve(text));
-        s.once('error', reject);
-      });
-      process.stderr.write(`standby -> first answer through the gateway (c-http, TCP): ${Date.now() - t0} ms\n`);
-      assert.match(answer, /^HTTP\/1\.1 200[\s\S]*Hello from Unikraft!/);
-      const i = await get('uk');
-      assert.equal(i.state, 'running');
-      assert.equal(i.start_count, 2);
-    });
+    test(
+      'c-http (Unikraft) in TCP mode: a TLS connection wakes it and reaches the app',
+      { skip: requirePart(!UK && 'no Unikraft kernels (set UNIHOST_UNIKRAFT_DIR; default ../shared/unikraft)') },
+      async () => {
+        const web = await create(
+          'uk',
+          'c-http:latest',
+          [{ port: 8443, destination_port: 8080, handlers: ['tls'] }],
+          16,
+        );
+        await standby('uk');
+        // c-http ignores shutdown requests: the platform's stop ends it at once (forced, 20)
+        assert.equal((await get('uk')).stop_reason, 20);
+        const t0 = Date.now();
+        const answer = await new Promise<string>((resolve, reject) => {
+          const s = tls.connect({ host: '127.0.0.1', port: gwc.dataPlane!.boundPort(8443)!, servername: web.fqdn, ca });
+          let text = '';
+          s.once('secureConnect', () => s.write(`GET / HTTP/1.1\r\nHost: ${web.fqdn}\r\nConnection: close\r\n\r\n`));
+          s.on('data', (d: Buffer) => (text += d.toString()));
+          s.once('end', () => resolve(text));
+          s.once('error', reject);
+        });
+        process.stderr.write(`standby -> first answer through the gateway (c-http, TCP): ${Date.now() - t0} ms\n`);
+        assert.match(answer, /^HTTP\/1\.1 200[\s\S]*Hello from Unikraft!/);
+        const i = await get('uk');
+        assert.equal(i.state, 'running');
+        assert.equal(i.start_count, 2);
+      },
+    );
 
     test('a master that cannot boot any more: the held request gets 503 with Retry-After, within the bound', async () => {
       const web = await create('broken', 'http:latest', [

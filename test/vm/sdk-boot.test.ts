@@ -11,7 +11,7 @@ import { UnikraftCloud } from '@unikraft/cloud';
 import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
-import { guestOut, killLeaks, poll, qemuProcs } from '../helpers/vm.js';
+import { assertNoVmLeft, guestOut, poll } from '../helpers/vm.js';
 
 let h: Harness;
 let ukc: UnikraftCloud;
@@ -31,16 +31,10 @@ after(async () => {
   const dataDir = h.dataDir;
   try {
     if (uuid) await ukc.instances.delete([{ uuid }]).catch(() => undefined);
-    await poll('VMs gone after delete', () => qemuProcs([dataDir]).length === 0, 20_000).catch(() => undefined);
+    await assertNoVmLeft([dataDir, uuid]);
   } finally {
     await h.close();
   }
-  const leaked = killLeaks([dataDir, uuid]);
-  assert.deepEqual(
-    leaked.map((p) => p.cmdline),
-    [],
-    'QEMU processes left behind',
-  );
 });
 
 test('create waits for a real boot; logs and metrics of the running VM; stop brings them to 0', async () => {

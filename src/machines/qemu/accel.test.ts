@@ -1,5 +1,6 @@
 import { after, beforeEach, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { requirePart } from '../../../test/helpers/require.js';
 import { constants, accessSync, chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -75,8 +76,9 @@ test("probeAccel('tcg') does not probe", async () => {
   assert.match(logs.join('\n'), /tcg/);
 });
 
-test("probeAccel('auto') uses KVM when it boots, probes once per process", async (t) => {
-  if (!kvmAccessible()) return t.skip('/dev/kvm not accessible');
+const noKvm = requirePart(!kvmAccessible() && '/dev/kvm not accessible');
+
+test("probeAccel('auto') uses KVM when it boots, probes once per process", { skip: noKvm }, async () => {
   const fake = fakeQemu('qemu-good-kvm', `exit ${PROBE_EXIT_STATUS}`);
   const logs: string[] = [];
   assert.equal(await probeAccel('auto', { qemu: fake.bin, log: (m) => logs.push(m) }), 'kvm');
@@ -86,19 +88,22 @@ test("probeAccel('auto') uses KVM when it boots, probes once per process", async
   assert.match(logs[0]!, /^accel: kvm \(probe guest booted under kvm/);
 });
 
-test("probeAccel('auto') falls back to TCG when KVM fails or only emulates; 'kvm' throws", async (t) => {
-  if (!kvmAccessible()) return t.skip('/dev/kvm not accessible');
-  const broken = fakeQemu('qemu-broken-kvm', 'echo "KVM internal error. Suberror: 1" >&2; exit 1');
-  const logs: string[] = [];
-  assert.equal(await probeAccel('auto', { qemu: broken.bin, log: (m) => logs.push(m) }), 'tcg');
-  assert.match(logs[0]!, /^accel: tcg \(KVM unusable: QEMU exited with 1 \(KVM internal error/);
-  await assert.rejects(probeAccel('kvm', { qemu: broken.bin }), /KVM requested but unusable: .*KVM internal error/);
+test(
+  "probeAccel('auto') falls back to TCG when KVM fails or only emulates; 'kvm' throws",
+  { skip: noKvm },
+  async () => {
+    const broken = fakeQemu('qemu-broken-kvm', 'echo "KVM internal error. Suberror: 1" >&2; exit 1');
+    const logs: string[] = [];
+    assert.equal(await probeAccel('auto', { qemu: broken.bin, log: (m) => logs.push(m) }), 'tcg');
+    assert.match(logs[0]!, /^accel: tcg \(KVM unusable: QEMU exited with 1 \(KVM internal error/);
+    await assert.rejects(probeAccel('kvm', { qemu: broken.bin }), /KVM requested but unusable: .*KVM internal error/);
 
-  // Boots, but far slower than TCG (emulated KVM): killed at the slowness bound.
-  const slow = fakeQemu('qemu-slow-kvm', `exec sleep ${Math.ceil(slowBound(0) / 1000) + 5}`);
-  assert.equal(await probeAccel('auto', { qemu: slow.bin, log: (m) => logs.push(m), timeoutMs: 60_000 }), 'tcg');
-  assert.match(logs[1]!, /did not finish under kvm within \d+ ms; the same guest boots under TCG in \d+ ms/);
-});
+    // Boots, but far slower than TCG (emulated KVM): killed at the slowness bound.
+    const slow = fakeQemu('qemu-slow-kvm', `exec sleep ${Math.ceil(slowBound(0) / 1000) + 5}`);
+    assert.equal(await probeAccel('auto', { qemu: slow.bin, log: (m) => logs.push(m), timeoutMs: 60_000 }), 'tcg');
+    assert.match(logs[1]!, /did not finish under kvm within \d+ ms; the same guest boots under TCG in \d+ ms/);
+  },
+);
 
 test("probeAccel('auto') without a usable QEMU or /dev/kvm picks TCG", async () => {
   const logs: string[] = [];
