@@ -145,6 +145,11 @@ export class PostgresStore implements Store {
     const pool = new pg.Pool({ ...clientConfig(target), max: target.poolMax, idleTimeoutMillis: 60_000 });
     // an idle connection the server drops must not take the process down: the next query reconnects
     pool.on('error', (e) => log('a pooled PostgreSQL connection failed', e));
+    // pg-pool hands a client to a waiter, dropping its idle listener, while the parser is still inside the
+    // chunk that released it; a FATAL the server sent in the same chunk (a fast shutdown) is then emitted
+    // with no listener and would throw at the process. The client is marked not queryable all the same,
+    // so its next query fails and it is dropped: this listener only keeps the process up.
+    pool.on('connect', (c) => c.on('error', () => undefined));
     try {
       await pool.query('SELECT 1');
     } catch (e) {
