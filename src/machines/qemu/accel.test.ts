@@ -1,7 +1,6 @@
 import { after, beforeEach, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { requirePart } from '../../../test/helpers/require.js';
-import { constants, accessSync, chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { bootProbe, PROBE_EXIT_STATUS, probeAccel, probeKernel, resetAccelCache, slowBound } from './accel.js';
@@ -10,14 +9,9 @@ const dir = mkdtempSync(join(tmpdir(), 'unihost-accel-test-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
 beforeEach(() => resetAccelCache());
 
-function kvmAccessible(): boolean {
-  try {
-    accessSync('/dev/kvm', constants.R_OK | constants.W_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
+/** A stand-in KVM device for the fake QEMUs: the probe checks only that it can be opened read-write. */
+const kvmDevice = join(dir, 'kvm');
+writeFileSync(kvmDevice, '');
 
 /**
  * A stand-in QEMU: records each call's accelerator, then exits 99 (the probe
@@ -76,40 +70,49 @@ test("probeAccel('tcg') does not probe", async () => {
   assert.match(logs.join('\n'), /tcg/);
 });
 
-const noKvm = requirePart(!kvmAccessible() && '/dev/kvm not accessible');
-
-test("probeAccel('auto') uses KVM when it boots, probes once per process", { skip: noKvm }, async () => {
+test("probeAccel('auto') uses KVM when it boots, probes once per process", async () => {
   const fake = fakeQemu('qemu-good-kvm', `exit ${PROBE_EXIT_STATUS}`);
   const logs: string[] = [];
-  assert.equal(await probeAccel('auto', { qemu: fake.bin, log: (m) => logs.push(m) }), 'kvm');
-  assert.equal(await probeAccel('kvm', { qemu: fake.bin }), 'kvm');
-  assert.equal(await probeAccel('auto', { qemu: fake.bin }), 'kvm');
+  assert.equal(await probeAccel('auto', { qemu: fake.bin, kvmDevice, log: (m) => logs.push(m) }), 'kvm');
+  assert.equal(await probeAccel('kvm', { qemu: fake.bin, kvmDevice }), 'kvm');
+  assert.equal(await probeAccel('auto', { qemu: fake.bin, kvmDevice }), 'kvm');
   assert.deepEqual(fake.calls(), ['tcg', 'kvm'], 'one TCG baseline and one KVM boot, then cached');
   assert.match(logs[0]!, /^accel: kvm \(probe guest booted under kvm/);
 });
 
-test(
-  "probeAccel('auto') falls back to TCG when KVM fails or only emulates; 'kvm' throws",
-  { skip: noKvm },
-  async () => {
-    const broken = fakeQemu('qemu-broken-kvm', 'echo "KVM internal error. Suberror: 1" >&2; exit 1');
-    const logs: string[] = [];
-    assert.equal(await probeAccel('auto', { qemu: broken.bin, log: (m) => logs.push(m) }), 'tcg');
-    assert.match(logs[0]!, /^accel: tcg \(KVM unusable: QEMU exited with 1 \(KVM internal error/);
-    await assert.rejects(probeAccel('kvm', { qemu: broken.bin }), /KVM requested but unusable: .*KVM internal error/);
+test("probeAccel('auto') falls back to TCG when KVM fails or only emulates; 'kvm' throws", async () => {
+  const broken = fakeQemu('qemu-broken-kvm', 'echo "KVM internal error. Suberror: 1" >&2; exit 1');
+  const logs: string[] = [];
+  assert.equal(await probeAccel('auto', { qemu: broken.bin, kvmDevice, log: (m) => logs.push(m) }), 'tcg');
+  assert.match(logs[0]!, /^accel: tcg \(KVM unusable: QEMU exited with 1 \(KVM internal error/);
+  await assert.rejects(
+    probeAccel('kvm', { qemu: broken.bin, kvmDevice }),
+    /KVM requested but unusable: .*KVM internal error/,
+  );
 
-    // Boots, but far slower than TCG (emulated KVM): killed at the slowness bound.
-    const slow = fakeQemu('qemu-slow-kvm', `exec sleep ${Math.ceil(slowBound(0) / 1000) + 5}`);
-    assert.equal(await probeAccel('auto', { qemu: slow.bin, log: (m) => logs.push(m), timeoutMs: 60_000 }), 'tcg');
-    assert.match(logs[1]!, /did not finish under kvm within \d+ ms; the same guest boots under TCG in \d+ ms/);
-  },
-);
+  // Boots, but far slower than TCG (emulated KVM): killed at the slowness bound.
+  const slow = fakeQemu('qemu-slow-kvm', `exec sleep ${Math.ceil(slowBound(0) / 1000) + 5}`);
+  assert.equal(
+    await probeAccel('auto', { qemu: slow.bin, kvmDevice, log: (m) => logs.push(m), timeoutMs: 60_000 }),
+    'tcg',
+  );
+  assert.match(logs[1]!, /did not finish under kvm within \d+ ms; the same guest boots under TCG in \d+ ms/);
+});
 
 test("probeAccel('auto') without a usable QEMU or /dev/kvm picks TCG", async () => {
   const logs: string[] = [];
   const mode = await probeAccel('auto', { qemu: join(dir, 'no-such-qemu'), log: (m) => logs.push(m) });
   assert.equal(mode, 'tcg');
   assert.match(logs[0]!, /^accel: tcg \(KVM unusable: /);
+});
+
+test("probeAccel('auto') without the KVM device picks TCG without booting anything, naming the device", async () => {
+  const fake = fakeQemu('qemu-no-device', `exit ${PROBE_EXIT_STATUS}`);
+  const logs: string[] = [];
+  const missing = join(dir, 'no-such-kvm');
+  assert.equal(await probeAccel('auto', { qemu: fake.bin, kvmDevice: missing, log: (m) => logs.push(m) }), 'tcg');
+  assert.deepEqual(fake.calls(), []);
+  assert.ok(logs[0]!.includes(`${missing} is missing or not accessible`), logs[0]);
 });
 
 test("probeAccel('auto') with the real QEMU returns a valid choice and says why", async (t) => {

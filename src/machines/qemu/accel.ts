@@ -13,6 +13,8 @@ export interface AccelOptions {
   log?: (msg: string) => void;
   /** Probe boot timeout (default 5 s); QEMU is killed when it expires. */
   timeoutMs?: number;
+  /** The KVM device to check before probing (default `/dev/kvm`; tests with a fake QEMU give a file of their own). */
+  kvmDevice?: string;
 }
 
 export interface ProbeResult {
@@ -121,9 +123,9 @@ function telling(stderr: string): string {
   return line ? ` (${line})` : '';
 }
 
-async function kvmAccessible(): Promise<boolean> {
+async function kvmAccessible(device = '/dev/kvm'): Promise<boolean> {
   try {
-    await access('/dev/kvm', constants.R_OK | constants.W_OK);
+    await access(device, constants.R_OK | constants.W_OK);
     return true;
   } catch {
     return false;
@@ -151,7 +153,8 @@ function probeKvmOnce(opts: AccelOptions): Promise<ProbeResult> {
  * also keeps the probe short on such hosts.
  */
 async function probeKvm(opts: AccelOptions): Promise<ProbeResult> {
-  if (!(await kvmAccessible())) return { ok: false, reason: '/dev/kvm is missing or not accessible', ms: 0 };
+  const device = opts.kvmDevice ?? '/dev/kvm';
+  if (!(await kvmAccessible(device))) return { ok: false, reason: `${device} is missing or not accessible`, ms: 0 };
   const timeoutMs = opts.timeoutMs ?? 5000;
   const tcg = await bootProbe('tcg', { ...opts, timeoutMs });
   const bound = tcg.ok ? Math.min(timeoutMs, slowBound(tcg.ms)) : timeoutMs;
