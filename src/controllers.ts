@@ -8,6 +8,7 @@ import { NetworkController } from './reconcile/network.js';
 import { CertificateController } from './reconcile/certificates.js';
 import { VolumeController } from './reconcile/volumes.js';
 import { FiguresPublisher, LocalFigures } from './reconcile/figures.js';
+import { hostFigures } from './services/capacity.js';
 import { tapCounters } from './network/counters.js';
 import type { Services } from './services/index.js';
 
@@ -58,6 +59,7 @@ export async function defaultControllers(s: Services, log: Logger, drivers?: Dri
     connections: gateway && ((id) => gateway.connections(id)),
     gateway: gateway && (() => gateway.dataPlane!.counters()),
     decisions: autoscale && (() => autoscale.decisionCounts()),
+    host: s.hostId ? (at) => hostFigures(s.config.capacity, s.hostId, at) : undefined,
   });
   s.figures = local;
   // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.

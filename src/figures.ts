@@ -60,8 +60,22 @@ export interface ConsoleReader {
 }
 
 /** What one process publishes in the store (`figures` table) for the others. */
+/** What an agent says of its host (GET /v1/nodes). */
+export interface HostFigures {
+  id: string;
+  /** the machine's cores and memory */
+  vcpus: number;
+  memory_mib: number;
+  /** the budgets admission control applies to guests (src/services/capacity.ts) */
+  guest_vcpus: number | null;
+  guest_memory_mib: number;
+  /** when this agent started */
+  started_at: string;
+}
+
 export interface PublishedFigures {
   instances: Record<string, InstanceFigures>;
+  host?: HostFigures;
   gateway?: Counters;
   decisions?: Decisions;
 }
@@ -75,7 +89,8 @@ export const NO_FIGURES: LiveFigures = {
 
 /** How often measuring processes publish, and how old a publication may be before it is ignored. */
 export const PUBLISH_MS = 5_000;
-const MAX_AGE_MS = 6 * PUBLISH_MS;
+/** Figures older than this are not live: their publisher is gone (or its host is down). */
+export const MAX_AGE_MS = 6 * PUBLISH_MS;
 
 /**
  * The figures the measuring processes published (an API server without the

@@ -4,7 +4,7 @@ import type { UserRec } from '../store/types.js';
 import type { Services } from '../services/index.js';
 import type { Target } from '../domain/refs.js';
 
-export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 /** Which object an entry targets (src/domain/refs.ts: services take it too, without importing the API). */
 export type { Target };
@@ -57,6 +57,8 @@ export interface EndpointDef<P extends TObject = TObject> {
   localPath?: string;
   /** name of the result array in `data` */
   plural: string;
+  /** `data.total_count` beside the array (the control plane's list form) */
+  totalCount?: boolean;
   summary: string;
   /** `required`: each entry names one object by uuid or name; `none`: no target */
   target: 'required' | 'none';

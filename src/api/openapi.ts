@@ -58,7 +58,10 @@ export function buildOpenApi(endpoints: EndpointDef[]): Record<string, unknown> 
                     message: { type: 'string' },
                     data: {
                       type: 'object',
-                      properties: { [def.plural]: { type: 'array', items: strip(def.response) } },
+                      properties: {
+                        [def.plural]: { type: 'array', items: strip(def.response) },
+                        ...(def.totalCount ? { total_count: { type: 'integer' } } : {}),
+                      },
                     },
                     op_time_us: { type: 'integer' },
                   },

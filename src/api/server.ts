@@ -100,7 +100,7 @@ function noEndpoint(req: FastifyRequest, reply: FastifyReply): FastifyReply {
 }
 
 /** Builds the envelope for per-entry results (the API spec's error envelope; docs/errors.md). */
-function envelope(plural: string, results: Result[], t0: bigint): Record<string, unknown> {
+function envelope(plural: string, results: Result[], t0: bigint, totalCount = false): Record<string, unknown> {
   let failed = 0;
   for (const r of results) if (r.status === 'error') failed++;
   const status = failed === 0 ? 'success' : failed === results.length ? 'error' : 'partial_success';
@@ -113,7 +113,7 @@ function envelope(plural: string, results: Result[], t0: bigint): Record<string,
           : `all ${failed} operations failed`
         : `${failed} of ${results.length} operations failed`;
   }
-  out.data = { [plural]: results };
+  out.data = totalCount ? { [plural]: results, total_count: results.length } : { [plural]: results };
   out.op_time_us = Number((process.hrtime.bigint() - t0) / 1000n);
   return out;
 }
@@ -352,7 +352,7 @@ function addRoutes(app: FastifyInstance, services: Services, isOtherRoute: (req:
           .type('application/json; charset=utf-8')
           .send(`{"status":"success","data":{"${def.plural}":${results.json}},"op_time_us":${t}}`);
       }
-      return reply.send(envelope(def.plural, results, req.t0));
+      return reply.send(envelope(def.plural, results, req.t0, def.totalCount));
     };
     app.route({ method: def.method, url: def.path, handler });
     if (def.localPath) app.route({ method: def.method, url: def.localPath, handler });

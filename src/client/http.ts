@@ -2,7 +2,7 @@ import { errors as undiciErrors, request } from 'undici';
 import type { Connection } from './config.js';
 import { ApiError, ConnectionError, type FailedEntry } from './errors.js';
 
-export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 type Json = Record<string, unknown>;
 
 export interface CallOptions {

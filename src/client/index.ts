@@ -74,6 +74,11 @@ export class UnihostClient {
         signal: o.signal,
         replyTimeoutMs: (timeoutMs < 0 ? 24 * 3600_000 : timeoutMs) + 60_000,
       }),
+    /** PATCH: one property (`prop`, `op`, `value`); the answer's message says what changed */
+    update: (r: T.Ref, u: T.UpdateIn) =>
+      this.one<T.UpdateResult>('PATCH', '/v1/instances', 'instances', { body: [{ ...r, ...u }] as Json[] }),
+    history: (r: T.Ref) =>
+      this.one<T.History>('GET', '/v1/instances/history', 'instances', { query: UnihostClient.targets([r]) }),
     log: (r: T.Ref, offset: number, limit = 4096, o: Opts = {}) =>
       this.one<T.LogChunk>('GET', '/v1/instances/log', 'instances', {
         query: { ...r, offset, limit },
@@ -88,6 +93,8 @@ export class UnihostClient {
     get: (refs: T.Ref[]) =>
       this.send<T.ServiceGroup>('GET', '/v1/services', 'service_groups', { query: UnihostClient.targets(refs) }),
     delete: (refs: T.Ref[]) => this.send<T.Summary>('DELETE', '/v1/services', 'service_groups', { body: refs }),
+    update: (r: T.Ref, u: T.UpdateIn) =>
+      this.one<T.UpdateResult>('PATCH', '/v1/services', 'service_groups', { body: [{ ...r, ...u }] as Json[] }),
   };
 
   readonly volumes = {
@@ -100,6 +107,11 @@ export class UnihostClient {
       this.one<T.Summary>('PUT', '/v1/volumes/attach', 'volumes', { body: [{ ...r, ...p }] }),
     detach: (r: T.Ref) => this.one<T.Summary>('PUT', '/v1/volumes/detach', 'volumes', { body: [r] }),
     delete: (refs: T.Ref[]) => this.send<T.Summary>('DELETE', '/v1/volumes', 'volumes', { body: refs }),
+    update: (r: T.Ref, u: T.UpdateIn) =>
+      this.one<T.UpdateResult>('PATCH', '/v1/volumes', 'volumes', { body: [{ ...r, ...u }] as Json[] }),
+    /** a copy of the volume; `vol_name` names the copy (`name` would name the source) */
+    clone: (r: T.Ref, p: { vol_name?: string } = {}) =>
+      this.one<T.Summary>('POST', '/v1/volumes/clone', 'volumes', { body: [{ ...r, ...p }] as Json[] }),
   };
 
   /** Autoscale of a service group. Policy calls need the group's UUID (local scope only). */
@@ -129,6 +141,9 @@ export class UnihostClient {
     get: (refs: T.Ref[]) =>
       this.send<T.Certificate>('GET', '/v1/certificates', 'certificates', { query: UnihostClient.targets(refs) }),
     delete: (refs: T.Ref[]) => this.send<T.Summary>('DELETE', '/v1/certificates', 'certificates', { body: refs }),
+    /** PUT: a new chain and key for the certificate (served from the next handshake) */
+    replace: (r: T.Ref, p: { chain: string; pkey: string }) =>
+      this.one<T.Summary & { state: string }>('PUT', '/v1/certificates', 'certificates', { body: [{ ...r, ...p }] }),
   };
 
   readonly images = {

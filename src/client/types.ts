@@ -135,3 +135,30 @@ export interface InstanceEvent {
   from_state?: string;
   to_state?: string;
 }
+
+/** One update (PATCH): a property, an operation and its value (docs/api.md, "Updates"). */
+export interface UpdateIn {
+  prop: string;
+  op: 'set' | 'add' | 'del';
+  value?: unknown;
+}
+
+export interface UpdateResult extends Summary {
+  message?: string;
+}
+
+/** One entry of an instance's history (GET /v1/instances/history). */
+export interface HistoryEntry {
+  created_at: string;
+  event_id: number;
+  event: string;
+  from_state?: string;
+  to_state?: string;
+  stop_reason?: number;
+  exit_code?: number;
+  stop_code?: number;
+}
+
+export interface History extends Summary {
+  history: HistoryEntry[];
+}

@@ -120,6 +120,14 @@ export function stopFields(r: { stop_reason: number | null; exit_code: number | 
   return out;
 }
 
+/** What a new instance's spec holds beyond what its create request gave (`PATCH` sets them later). */
+export const specDefaults = (): Pick<InstanceRec, 'tags' | 'annotations' | 'delete_lock' | 'hostname'> => ({
+  tags: [],
+  annotations: {},
+  delete_lock: false,
+  hostname: null,
+});
+
 /** The run fields of an instance that has never run: no counters, timings or stop (create and clone). */
 export const NEVER_RUN = {
   stop_request: null,

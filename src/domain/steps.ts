@@ -9,10 +9,15 @@ export interface StepIn {
 
 export interface PolicyIn {
   name: string;
-  type: string;
+  /**
+   * `step` (the spec's wire value; the default), or the official SDK's form:
+   * the policy itself as an object (`{name, metric, adjustment_type, steps}`)
+   */
+  type?: string | Omit<PolicyIn, 'type'>;
+  enabled?: boolean;
   metric?: string;
   adjustment_type?: string;
-  steps: StepIn[];
+  steps?: StepIn[];
 }
 
 const ADJUSTMENT: Record<string, PolicyRec['adjustment_type']> = {
@@ -63,9 +68,13 @@ export function checkSteps(steps: StepIn[]): StepRec[] {
 }
 
 /** Validates a policy and normalizes its wire aliases. */
-export function checkPolicy(p: PolicyIn): PolicyRec {
-  if (p.type !== 'step')
-    throw err('UH_INVALID', `policy '${p.name}': type '${p.type}' is not supported (supported: step)`);
+export function checkPolicy(given: PolicyIn): PolicyRec {
+  // the SDK sends `{name, type: {name, metric, adjustment_type, steps}}`: the policy is the object
+  const p =
+    typeof given.type === 'object' && given.type !== null ? { ...given.type, name: given.name, type: 'step' } : given;
+  const type = p.type ?? 'step';
+  if (type !== 'step')
+    throw err('UH_INVALID', `policy '${p.name}': type '${String(type)}' is not supported (supported: step)`);
   const metric = p.metric ?? 'cpu';
   if (metric !== 'cpu')
     throw err('UH_INVALID', `policy '${p.name}': metric '${metric}' is not supported (supported: cpu)`);
@@ -76,6 +85,8 @@ export function checkPolicy(p: PolicyIn): PolicyRec {
       `policy '${p.name}': adjustment_type '${p.adjustment_type}' is not one of change, exact, percent`,
     );
   }
+  if (!Array.isArray(p.steps) || p.steps.length === 0)
+    throw err('UH_INVALID', `policy '${p.name}': 'steps' is required (at least one step)`);
   const steps = checkSteps(p.steps);
   // An exact adjustment is a target instance count: a negative one means nothing.
   const negative = steps.findIndex((s) => s.adjustment < 0);
@@ -85,7 +96,7 @@ export function checkPolicy(p: PolicyIn): PolicyRec {
       `policy '${p.name}': steps[${negative}]: an exact adjustment is an instance count and must not be negative`,
     );
   }
-  return { name: p.name, type: 'step', enabled: true, metric: 'cpu', adjustment_type: adj, steps };
+  return { name: p.name, type: 'step', enabled: p.enabled ?? true, metric: 'cpu', adjustment_type: adj, steps };
 }
 
 /** The step of `policy` whose [lower, upper) interval holds `value`, if any. */

@@ -22,6 +22,13 @@ export interface Route {
   handlers: string[];
   /** exact names (stored lower case, no trailing dot) */
   fqdns: string[];
+  /**
+   * The group's limits per instance (PATCH /v1/services soft_limit and
+   * hard_limit): beyond `soft` concurrent requests (HTTP) or connections
+   * (TCP) on an instance new ones queue; beyond `hard` in service and
+   * queued per usable instance they are refused (HTTP 503, TCP reset).
+   */
+  limits?: { soft: number | null; hard: number | null };
 }
 
 export interface KeyPair {
@@ -54,6 +61,8 @@ export interface GatewayLimits {
   connectTimeoutMs: number;
   /** time a backend may take to send response headers */
   upstreamHeadersTimeoutMs: number;
+  /** time a request may wait in a group's queue (soft limit reached) before it gets 503 */
+  queueTimeoutMs: number;
 }
 
 export const DEFAULT_LIMITS: GatewayLimits = {
@@ -67,6 +76,7 @@ export const DEFAULT_LIMITS: GatewayLimits = {
   maxHeaderSize: 16 * 1024,
   connectTimeoutMs: 5_000,
   upstreamHeadersTimeoutMs: 120_000,
+  queueTimeoutMs: 30_000,
 };
 
 export interface GatewayOptions {

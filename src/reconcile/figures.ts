@@ -2,6 +2,7 @@ import type { Controller, ControllerDeps } from './deps.js';
 import {
   PUBLISH_MS,
   type Decisions,
+  type HostFigures,
   type InstanceFigures,
   type LiveFigures,
   type PublishedFigures,
@@ -21,6 +22,8 @@ export interface FigureSources {
   connections?: (id: string) => number | undefined;
   gateway?: () => Counters;
   decisions?: () => Decisions;
+  /** the agent's machine and guest budgets (GET /v1/nodes) */
+  host?: (startedAt: string) => HostFigures;
 }
 
 /** The figures this process measures itself, at once (no store round trip). */
@@ -39,6 +42,10 @@ export class LocalFigures implements LiveFigures {
     const conns = this.src.connections?.(id);
     if (conns !== undefined) out.connections = conns;
     return out;
+  }
+
+  host(startedAt: string): HostFigures | undefined {
+    return this.src.host?.(startedAt);
   }
 
   async instance(id: string): Promise<InstanceFigures> {
@@ -62,13 +69,16 @@ export class LocalFigures implements LiveFigures {
 export class FiguresPublisher implements Controller {
   private timer: NodeJS.Timeout | undefined;
   private busy = false;
+  private readonly startedAt: string;
 
   constructor(
     private readonly s: ControllerDeps,
     private readonly local: LocalFigures,
     private readonly source: string,
     private readonly log: { warn(o: object, m: string): void },
-  ) {}
+  ) {
+    this.startedAt = new Date(s.clock.now()).toISOString();
+  }
 
   async start(): Promise<void> {
     await this.publish();
@@ -90,6 +100,8 @@ export class FiguresPublisher implements Controller {
         ),
       );
       const data: PublishedFigures = { instances: {} };
+      const host = this.local.host(this.startedAt);
+      if (host) data.host = host;
       for (const i of live) {
         const f = this.local.measure(i.id);
         if (Object.keys(f).length > 0) data.instances[i.id] = f;

@@ -154,6 +154,9 @@ export class GatewayController implements Controller {
             destinationPort: svc.destination_port,
             handlers: svc.handlers,
             fqdns,
+            ...(g.soft_limit !== null || g.hard_limit !== null
+              ? { limits: { soft: g.soft_limit, hard: g.hard_limit } }
+              : {}),
           });
         }
         const list: Backend[] = [];

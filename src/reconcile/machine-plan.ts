@@ -48,7 +48,8 @@ export async function bootPlan(
     initrd: img.initrd,
     cmdline: buildCmdline({
       kernelArgs: img.kernelArgs,
-      netdevIp: nic?.netdevIp,
+      // `<cidr>:<gw>:<dns0>:<dns1>:<hostname>` (Unikraft's and the test images' netdev.ip): a hostname set by PATCH
+      netdevIp: nic && (inst.hostname ? `${nic.netdevIp}::${inst.hostname}` : nic.netdevIp),
       env: { ...img.env, ...inst.env },
       mounts: volumes.map((v, i) => ({ tag: `vol${i}`, at: v.at ?? '/data', readonly: v.readonly })),
       args: inst.args.length > 0 ? inst.args : img.args,

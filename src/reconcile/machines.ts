@@ -313,7 +313,8 @@ export class MachineController implements Controller {
 
   private async boot(inst: InstanceRec): Promise<void> {
     const volumes = await this.s.store.read((tx) => tx.volumes.forInstance(inst.id));
-    if (volumes.some((v) => v.state === 'initializing' || v.state === 'uninitialized')) return; // a volume change kicks us again
+    // a volume being made, resized or copied: the boot waits (the volume's change kicks us again)
+    if (volumes.some((v) => v.state === 'initializing' || v.state === 'uninitialized' || v.state === 'busy')) return;
     const broken = volumes.find((v) => v.state === 'error');
     const t0 = this.now();
     let rt: MachineRuntime;

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../domain/refs.js';
-import { fire, NEVER_RUN, nextState } from '../domain/instance-states.js';
+import { fire, NEVER_RUN, nextState, specDefaults } from '../domain/instance-states.js';
 import { allocateIp } from '../domain/ipam.js';
 import { macFor } from '../network/address.js';
 import { NAME_MAX, randomSuffix } from '../domain/names.js';
@@ -14,8 +14,25 @@ import { findGroup, findInstance } from './lookup.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { ADMISSION, assertHostCapacity, placeInTx } from './capacity.js';
 
+/**
+ * What the master is made from when a configuration names none: a model
+ * instance (`template`, copied as autoscale copies a master) or the fields
+ * of an instance create request. `roms` is refused (instances boot a kernel).
+ */
+export interface CreateArgsIn {
+  template?: { uuid?: string; name?: string };
+  roms?: unknown;
+  name?: string;
+  image?: string;
+  args?: string | string[];
+  env?: Record<string, string>;
+  memory_mb?: number;
+  restart_policy?: string;
+}
+
 export interface AutoscaleIn {
-  master: { uuid?: string; name?: string };
+  master?: { uuid?: string; name?: string };
+  create_args?: CreateArgsIn;
   min_size?: number;
   max_size?: number;
   warmup_time_ms?: number;
@@ -43,8 +60,34 @@ export function checkAutoscaleParams(p: AutoscaleIn): void {
   const min = p.min_size ?? AUTOSCALE_DEFAULTS.min_size;
   const max = p.max_size ?? AUTOSCALE_DEFAULTS.max_size;
   if (min > max) throw err('UH_INVALID', `min_size (${min}) must not be larger than max_size (${max})`);
-  refTarget(p.master, 'master');
+  checkMasterSource(p);
   checkPolicies(p.policies ?? []);
+}
+
+/** Exactly one of `master` and `create_args`; `create_args` with exactly one of `template` and `image`. */
+function checkMasterSource(p: AutoscaleIn): void {
+  if (p.master !== undefined && p.create_args !== undefined)
+    throw err('UH_NOT_BOTH', "give either 'master' or 'create_args', not both");
+  if (p.master !== undefined) return void refTarget(p.master, 'master');
+  const c = p.create_args;
+  if (c === undefined)
+    throw err('UH_MISSING_ID', "give 'master' (an instance in the group) or 'create_args' (what to create it from)");
+  if (c.roms !== undefined)
+    throw err(
+      'UH_NOT_SUPPORTED',
+      "parameter 'create_args.roms': not supported on this platform (instances boot a kernel image)",
+    );
+  if ((c.template === undefined) === (c.image === undefined))
+    throw err('UH_INVALID', "parameter 'create_args': give exactly one of 'template' (an instance) or 'image'");
+  if (c.template !== undefined) {
+    refTarget(c.template, 'create_args.template');
+    for (const k of ['args', 'env', 'memory_mb', 'restart_policy'] as const)
+      if (c[k] !== undefined)
+        throw err(
+          'UH_INVALID',
+          `parameter 'create_args.${k}' goes with 'image', not 'template' (the template gives it)`,
+        );
+  }
 }
 
 /** The peers the autoscale rules call: instances through a narrow interface, as instances call this service. */
@@ -94,9 +137,13 @@ export class AutoscaleService {
   }
 
   async create(user: UserRec, t: Target, p: AutoscaleIn) {
+    checkMasterSource(p);
     return this.deps.store.tx(async (tx) => {
       const g = await findGroup(tx, user, t);
-      const master = await findInstance(tx, user, refTarget(p.master, 'master'));
+      const master =
+        p.master !== undefined
+          ? await findInstance(tx, user, refTarget(p.master, 'master'))
+          : await this.masterInTx(tx, user, g, p.create_args!);
       await this.insertInTx(tx, user, g, master, {
         min_size: p.min_size ?? AUTOSCALE_DEFAULTS.min_size,
         max_size: p.max_size ?? AUTOSCALE_DEFAULTS.max_size,
@@ -105,6 +152,31 @@ export class AutoscaleService {
         policies: checkPolicies(p.policies ?? []),
       });
       return { uuid: g.id, name: g.name };
+    });
+  }
+
+  /**
+   * The master of a configuration created with `create_args`: attached to
+   * the group and started, so the group serves at once. From a template, it
+   * copies the model as scale-out copies a master (image digest, args, env,
+   * memory, restart policy; no volumes) but is an instance of its own.
+   */
+  private async masterInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, c: CreateArgsIn): Promise<InstanceRec> {
+    if (await tx.autoscale.get(g.id))
+      throw err('UH_AUTOSCALE_CONFIGURED', `autoscale is already configured for service group '${g.name}'`);
+    if (c.template !== undefined) {
+      const model = await findInstance(tx, user, refTarget(c.template, 'create_args.template'));
+      return this.copyInTx(tx, user, g, model, { autoscaled: false, name: c.name });
+    }
+    return this.deps.instances.createOneInTx(tx, user, {
+      name: c.name,
+      image: c.image!,
+      args: c.args,
+      env: c.env,
+      memory_mb: c.memory_mb,
+      restart_policy: c.restart_policy,
+      service_group: { uuid: g.id },
+      autostart: true,
     });
   }
 
@@ -157,17 +229,22 @@ export class AutoscaleService {
   async delete(user: UserRec, t: Target) {
     return this.deps.store.tx(async (tx) => {
       const g = await findGroup(tx, user, t);
-      const c = await tx.autoscale.get(g.id);
-      if (!c) throw err('UH_AUTOSCALE_NOT_CONFIGURED', `autoscale is not configured for service group '${g.name}'`);
-      await tx.autoscale.delete(g.id);
-      for (const i of await tx.instances.inGroup(g.id)) {
-        if (i.autoscale_group_id === g.id) await this.drainCloneInTx(tx, user, i, c.cooldown_time_ms);
-      }
-      const master = await tx.instances.get(user.id, c.master_id);
-      if (master && (master.state === 'stopped' || master.state === 'standby'))
-        await this.deps.instances.startInTx(tx, user, master, false);
+      await this.deleteInTx(tx, user, g);
       return { uuid: g.id, name: g.name };
     });
+  }
+
+  /** The configuration of `g` deleted inside `tx` (see `delete`; scale-to-zero turned off by an update too). */
+  async deleteInTx(tx: Tx, user: UserRec, g: ServiceGroupRec): Promise<void> {
+    const c = await tx.autoscale.get(g.id);
+    if (!c) throw err('UH_AUTOSCALE_NOT_CONFIGURED', `autoscale is not configured for service group '${g.name}'`);
+    await tx.autoscale.delete(g.id);
+    for (const i of await tx.instances.inGroup(g.id)) {
+      if (i.autoscale_group_id === g.id) await this.drainCloneInTx(tx, user, i, c.cooldown_time_ms);
+    }
+    const master = await tx.instances.get(user.id, c.master_id);
+    if (master && (master.state === 'stopped' || master.state === 'standby'))
+      await this.deps.instances.startInTx(tx, user, master, false);
   }
 
   /**
@@ -207,6 +284,18 @@ export class AutoscaleService {
    * marked with `autoscale_group_id`. Quotas and host capacity apply.
    */
   async cloneInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, master: InstanceRec): Promise<InstanceRec> {
+    return this.copyInTx(tx, user, g, master, { autoscaled: true });
+  }
+
+  /** A started copy of `model` in `g`: a scale-out clone (`autoscaled`) or a master made from a template. */
+  private async copyInTx(
+    tx: Tx,
+    user: UserRec,
+    g: ServiceGroupRec,
+    model: InstanceRec,
+    o: { autoscaled: boolean; name?: string },
+  ): Promise<InstanceRec> {
+    const master = model;
     await tx.lock(ADMISSION);
     await assertQuota(tx, this.deps.config, user, {
       instances: 1,
@@ -214,9 +303,11 @@ export class AutoscaleService {
       live_memory_mb: master.memory_mb,
     });
     await assertHostCapacity(tx, this.deps.config.capacity, 1, master.memory_mb);
-    let name = `${master.name.slice(0, NAME_MAX - 6)}-${randomSuffix(5)}`;
-    while (await tx.instances.getByName(user.id, name))
-      name = `${master.name.slice(0, NAME_MAX - 6)}-${randomSuffix(5)}`;
+    const fresh = () => `${master.name.slice(0, NAME_MAX - 6)}-${randomSuffix(5)}`;
+    let name = o.name ?? fresh();
+    if (o.name !== undefined && (await tx.instances.getByName(user.id, name)))
+      throw err('UH_EXISTS', `an instance named '${name}' already exists`);
+    while (await tx.instances.getByName(user.id, name)) name = fresh();
     const nic = randomUUID();
     const clone: InstanceRec = {
       ...master,
@@ -227,11 +318,13 @@ export class AutoscaleService {
       state: 'starting',
       desired: 'running',
       ...NEVER_RUN,
+      // the clone's own labels and lock start empty; its hostname is its own name
+      ...specDefaults(),
       service_group_id: g.id,
       private_ip: await allocateIp(tx, this.deps.subnet),
       mac: macFor(nic),
       nic_id: nic,
-      autoscale_group_id: g.id,
+      autoscale_group_id: o.autoscaled ? g.id : null,
       host_id: await placeInTx(tx),
       runtime: {},
     };

@@ -1,5 +1,6 @@
 import { availableParallelism, totalmem } from 'node:os';
 import type { CapacityConfig } from '../config.js';
+import type { HostFigures } from '../figures.js';
 import { err } from '../errors.js';
 import type { Tx } from '../store/types.js';
 
@@ -30,6 +31,19 @@ export function hostVcpuBudget(
 ): number {
   if (c.vcpusPerCore <= 0) return Infinity;
   return (c.cores > 0 ? c.cores : hostCores) * c.vcpusPerCore;
+}
+
+/** This machine and its guest budgets, as its agent publishes them (GET /v1/nodes). */
+export function hostFigures(c: CapacityConfig, id: string, startedAt: string): HostFigures {
+  const vcpus = hostVcpuBudget(c);
+  return {
+    id,
+    vcpus: availableParallelism(),
+    memory_mib: Math.floor(totalmem() / MB),
+    guest_vcpus: Number.isFinite(vcpus) ? vcpus : null,
+    guest_memory_mib: hostMemoryBudgetMb(c),
+    started_at: startedAt,
+  };
 }
 
 /**

@@ -147,6 +147,45 @@ export class CertificateService {
     }
   }
 
+  /**
+   * `PUT /v1/certificates`: a new chain and key for a certificate, covering
+   * its common name and every domain that uses it. The gateway serves the
+   * new pair from its next handshake (HAProxy's Runtime API: open
+   * connections keep theirs). An ACME certificate replaced so becomes an
+   * uploaded one: the platform no longer renews it.
+   */
+  async replace(user: UserRec, t: Target, p: { chain: string; pkey: string }) {
+    const c = await this.deps.store.read((tx) => findCertificate(tx, user, t));
+    const up = checkUpload({ chain: p.chain, pkey: p.pkey, cn: c.common_name }, this.deps.clock.now());
+    const old = await this.files.read(c.id);
+    await this.files.write(c.id, { cert: up.chain, key: up.key });
+    try {
+      return await this.deps.store.tx(async (tx) => {
+        const cur = await findCertificate(tx, user, { uuid: c.id });
+        for (const d of await tx.domains.forCertificate(cur.id))
+          if (!up.info.names.some((n) => nameCovers(n, d.fqdn)))
+            throw err('UH_CERT_MISMATCH', `the new certificate does not cover '${d.fqdn}', which uses it`);
+        const { names, ...shown } = up.info;
+        await tx.certificates.update(cur.id, {
+          state: 'valid',
+          source: 'upload',
+          names,
+          message: null,
+          validation_attempt: 0,
+          validation_next: null,
+          ...shown,
+        });
+        const was = cur.source === 'acme' ? ' (it was an ACME certificate: the platform no longer renews it)' : '';
+        return { uuid: cur.id, name: cur.name, state: 'valid', ...shown, message: `certificate replaced${was}` };
+      });
+    } catch (e) {
+      // the record did not change: the old pair goes back
+      if (old) await this.files.write(c.id, old);
+      else await this.files.remove(c.id);
+      throw e;
+    }
+  }
+
   async get(user: UserRec, t: Target) {
     return this.deps.store.read(async (tx) => {
       const c = await findCertificate(tx, user, t);

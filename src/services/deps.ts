@@ -26,6 +26,20 @@ export interface ServiceBase {
 
 /** The instance rules other services apply inside their own transactions (autoscale clones, standby masters). */
 export interface InstanceLifecycle {
+  /** creates one instance from instance-create parameters (an autoscale master from `create_args`) */
+  createOneInTx(tx: Tx, user: UserRec, p: NewInstanceParams): Promise<InstanceRec>;
   startInTx(tx: Tx, user: UserRec, inst: InstanceRec, manual: boolean): Promise<InstanceRec>;
   deleteInTx(tx: Tx, user: UserRec, inst: InstanceRec): Promise<void>;
+}
+
+/** The instance-create parameters another service passes (a subset of instances-create.ts's `CreateParams`). */
+export interface NewInstanceParams {
+  name?: string;
+  image: string;
+  args?: string | string[];
+  env?: Record<string, string>;
+  memory_mb?: number;
+  restart_policy?: string;
+  service_group?: { uuid: string };
+  autostart?: boolean;
 }

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../domain/refs.js';
-import { checkName, randomSuffix, serviceGroupDefaultName } from '../domain/names.js';
+import { randomSuffix, serviceGroupDefaultName } from '../domain/names.js';
+import { parseDomain, type DomainIn } from '../domain/domains.js';
+import { checkGroupLimits } from '../domain/group-limits.js';
 import { checkServices, type ServiceIn } from '../domain/ports.js';
 import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
@@ -9,33 +11,20 @@ import type { CertificateService } from './certificates.js';
 import type { ServiceBase } from './deps.js';
 import { assertQuota } from './users.js';
 import { findGroup } from './lookup.js';
-
-export interface DomainIn {
-  name: string;
-  certificate?: { uuid?: string; name?: string };
-}
+import { updateGroup } from './group-updates.js';
+import type { UpdateIn } from '../domain/updates.js';
 
 export interface GroupDescription {
   name?: string;
   services?: ServiceIn[];
   domains?: DomainIn[];
+  /** requests (HTTP) or connections (TCP) per instance beyond which new ones queue */
+  soft_limit?: number;
+  /** ... in service and queued, beyond which new ones are refused */
+  hard_limit?: number;
 }
 
 export { findGroup };
-
-/**
- * Turns a requested domain name into an FQDN (stored without the trailing
- * dot). A name ending with a dot is taken as is; any other gets the metro
- * domain appended (the API spec's domain rules 1-2). `custom` is true for
- * domains outside the metro domain: they need their own certificate.
- */
-export function parseDomain(name: string, metro: string): { fqdn: string; custom: boolean } {
-  const isFqdn = name.endsWith('.');
-  const fqdn = (isFqdn ? name.slice(0, -1) : `${name}.${metro}`).toLowerCase();
-  const r = checkName(fqdn, 253);
-  if (!r.ok) throw err('UH_INVALID', `domain '${name}' is invalid: it ${r.why}`);
-  return { fqdn, custom: fqdn !== metro && !fqdn.endsWith(`.${metro}`) };
-}
 
 /**
  * Checks what a group description says on its own (ports, domain syntax,
@@ -46,6 +35,7 @@ export function parseDomain(name: string, metro: string): { fqdn: string; custom
  */
 export function checkGroupDescription(d: GroupDescription, metro: string, seen = new Set<string>()): ServiceEntry[] {
   const services = checkServices(d.services ?? []);
+  checkGroupLimits(d.soft_limit ?? null, d.hard_limit ?? null, 'service group');
   for (const dom of d.domains ?? []) {
     const { fqdn, custom } = parseDomain(dom.name, metro);
     if (seen.has(fqdn)) throw err('UH_INVALID', `domain '${fqdn}' is given twice`);
@@ -99,6 +89,8 @@ export class GroupService {
       created_at: new Date(this.deps.clock.now()).toISOString(),
       persistent,
       services,
+      soft_limit: d.soft_limit ?? null,
+      hard_limit: d.hard_limit ?? null,
     };
     await tx.groups.insert(g);
     const domains = d.domains ?? (services.length > 0 ? [{ name: generatedLabel(name) }] : []);
@@ -107,7 +99,7 @@ export class GroupService {
   }
 
   /** Claims one domain for `g`: not reserved, not used by anyone; custom FQDNs get a certificate. */
-  private async addDomainInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, dom: DomainIn): Promise<void> {
+  async addDomainInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, dom: DomainIn): Promise<void> {
     const { fqdn, custom } = parseDomain(dom.name, this.deps.config.metroDomain);
     this.checkReserved(fqdn);
     if (await tx.domains.get(fqdn)) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is already in use`);
@@ -148,10 +140,17 @@ export class GroupService {
         persistent: g.persistent,
         autoscale: as?.enabled ?? false,
         services: g.services,
+        ...(g.soft_limit !== null ? { soft_limit: g.soft_limit } : {}),
+        ...(g.hard_limit !== null ? { hard_limit: g.hard_limit } : {}),
         domains: await this.domainsView(tx, g.id),
         instances: (await tx.instances.inGroup(g.id)).map((i) => ({ uuid: i.id, name: i.name })),
       };
     });
+  }
+
+  /** PATCH: one property (src/services/group-updates.ts). */
+  update(user: UserRec, t: Target, u: UpdateIn) {
+    return updateGroup({ ...this.deps, groups: this }, user, t, u);
   }
 
   async delete(user: UserRec, t: Target) {

@@ -1,5 +1,5 @@
 import { stat } from 'node:fs/promises';
-import { quote } from 'shell-quote';
+import { parse as shellParse, quote } from 'shell-quote';
 import { err } from '../errors.js';
 import { imageBootFiles, type BootFiles } from '../images/boot-files.js';
 import { buildKernelImage, type KernelImageSpec } from '../images/build.js';
@@ -215,6 +215,27 @@ export class ImageService {
     return this.deps.store.read(async (tx) => {
       const tags = await tx.images.tags();
       return (await tx.images.list()).map((image) => ({ image, tags: tags.filter((t) => t.digest === image.digest) }));
+    });
+  }
+
+  /** GET /v1/image-store: the visible images in the SDK's `Image` model. */
+  async store(user: UserRec, f: { digest?: string; tag?: string }) {
+    const rows = await this.list(user, f);
+    const created = new Map(
+      (await this.deps.store.read((tx) => tx.images.list())).map((i) => [i.digest, i.created_at]),
+    );
+    return rows.map((r) => {
+      const tags = r.tags as string[];
+      return {
+        url: tags[0] !== undefined ? `${tags[0]}@${String(r.digest)}` : String(r.digest),
+        created_at: created.get(String(r.digest)) ?? '',
+        initrd_or_rom: r.initrd,
+        size_in_bytes: r.size_in_bytes,
+        // stored shell-quoted (the v1 list's form); the store's model has words
+        args: shellParse(String(r.args)).filter((w): w is string => typeof w === 'string'),
+        env: {},
+        tags,
+      };
     });
   }
 

@@ -10,6 +10,7 @@ import { AutoscaleService } from './autoscale.js';
 import { CertificateService } from './certificates.js';
 import type { ServiceBase } from './deps.js';
 import { GroupService } from './groups.js';
+import { NodeService } from './nodes.js';
 import { ImageService } from './images.js';
 import { InstanceService } from './instances.js';
 import { UserService } from './users.js';
@@ -28,6 +29,7 @@ export interface Services extends ServiceBase {
   certificates: CertificateService;
   autoscale: AutoscaleService;
   images: ImageService;
+  nodes: NodeService;
 }
 
 export function createServices(config: Config, store: Store, clock: Clock = systemClock): Services {
@@ -51,5 +53,6 @@ export function createServices(config: Config, store: Store, clock: Clock = syst
   s.certificates = new CertificateService(s);
   s.autoscale = new AutoscaleService(s);
   s.images = new ImageService(s);
+  s.nodes = new NodeService(s);
   return s;
 }

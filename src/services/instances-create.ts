@@ -1,4 +1,4 @@
-import { NEVER_RUN } from '../domain/instance-states.js';
+import { NEVER_RUN, specDefaults } from '../domain/instance-states.js';
 import { randomUUID } from 'node:crypto';
 import { parse as shellParse } from 'shell-quote';
 import { envValueProblem, wordProblem } from '../domain/cmdline.js';
@@ -53,7 +53,7 @@ export interface ScaleToZeroIn {
  * `scale_to_zero` object: null when off, else the cooldown to configure
  * (undefined = the autoscale default). What unihost cannot do is refused.
  */
-function scaleToZeroOf(p: CreateParams): { cooldownMs?: number } | null {
+export function scaleToZeroOf(p: Pick<CreateParams, 'features' | 'scale_to_zero'>): { cooldownMs?: number } | null {
   const feature = p.features?.includes('scale-to-zero') ?? false;
   const o = p.scale_to_zero;
   if (!o) return feature ? {} : null;
@@ -144,7 +144,10 @@ export function checkCreate(p: CreateParams) {
   if (
     sg &&
     (sg.uuid !== undefined || sg.name !== undefined) &&
-    (sg.services !== undefined || sg.domains !== undefined)
+    (sg.services !== undefined ||
+      sg.domains !== undefined ||
+      sg.soft_limit !== undefined ||
+      sg.hard_limit !== undefined)
   ) {
     throw err(
       'UH_INVALID',
@@ -223,7 +226,12 @@ export async function createInTx(
     if (sg.uuid !== undefined || sg.name !== undefined) {
       group = await deps.groups.resolveInTx(tx, user, sg.uuid !== undefined ? { uuid: sg.uuid } : { name: sg.name! });
     } else {
-      group = await deps.groups.createInTx(tx, user, { services: sg.services ?? [], domains: sg.domains }, false);
+      group = await deps.groups.createInTx(
+        tx,
+        user,
+        { services: sg.services ?? [], domains: sg.domains, soft_limit: sg.soft_limit, hard_limit: sg.hard_limit },
+        false,
+      );
     }
   }
 
@@ -261,6 +269,7 @@ export async function createInTx(
       state: p.autostart ? 'starting' : 'stopped',
       desired: p.autostart ? 'running' : 'stopped',
       ...NEVER_RUN,
+      ...specDefaults(),
       service_group_id: group?.id ?? null,
       private_ip: await allocateIp(tx, deps.subnet),
       mac: macFor(nic),

@@ -13,10 +13,17 @@ import { err } from '../errors.js';
 import type { InstanceRec, InstanceState, Store, Tx, UserRec } from '../store/types.js';
 import { stopReasonWithoutVm } from '../machines/stop-info.js';
 import { createInTx, type CreateParams, type InstanceDeps } from './instances-create.js';
+import type { NewInstanceParams } from './deps.js';
 import { ADMISSION, assertHostCapacity } from './capacity.js';
 import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
 import { findInstance } from './lookup.js';
+import { updateInstance } from './instance-updates.js';
+import type { UpdateIn } from '../domain/updates.js';
+
+/** How much of an instance's history an answer holds (its newest entries). */
+const HISTORY_MAX = 1000;
+const HISTORY_SCAN = 100_000;
 
 export interface StopParams {
   force?: boolean;
@@ -95,6 +102,10 @@ export class InstanceService {
     }));
     out.network_interfaces = i.nic_id ? [{ uuid: i.nic_id, private_ip: i.private_ip, mac: i.mac }] : [];
     if (i.features.length > 0) out.features = i.features;
+    if (i.tags.length > 0) out.tags = i.tags;
+    if (Object.keys(i.annotations).length > 0) out.annotations = i.annotations;
+    if (i.delete_lock) out.delete_lock = true;
+    if (i.hostname) out.hostname = i.hostname;
     return out;
   }
 
@@ -203,6 +214,11 @@ export class InstanceService {
   async delete(user: UserRec, t: Target) {
     return this.store.tx(async (tx) => {
       const inst = await findInstance(tx, user, t);
+      if (inst.delete_lock)
+        throw err(
+          'UH_NOT_ALLOWED',
+          `instance '${inst.name}' has delete_lock set; unset it first (PATCH, prop delete_lock)`,
+        );
       await this.deleteInTx(tx, user, inst);
       return { uuid: inst.id, name: inst.name, previous_state: inst.state };
     });
@@ -213,6 +229,10 @@ export class InstanceService {
     await this.deps.volumes.onInstanceDeletedInTx(tx, user, inst);
     await tx.instances.delete(inst.id);
     if (inst.service_group_id) await this.deps.groups.onInstanceRemovedInTx(tx, user, inst.service_group_id);
+  }
+
+  async createOneInTx(tx: Tx, user: UserRec, p: NewInstanceParams): Promise<InstanceRec> {
+    return (await createInTx(this.deps, tx, user, { ...p, replicas: 0 })).instances[0]!;
   }
 
   /** POST /v1/instances: one entry per created instance (replicas included). */
@@ -267,6 +287,34 @@ export class InstanceService {
       out.push(e);
     }
     return out;
+  }
+
+  /** PATCH: one property (src/services/instance-updates.ts). */
+  update(user: UserRec, t: Target, u: UpdateIn) {
+    return updateInstance(this.deps, user, t, u);
+  }
+
+  /**
+   * GET history: the instance's life from the durable event log (created,
+   * each state change with the stop fields of a stop), oldest first, the
+   * newest `HISTORY_MAX` entries.
+   */
+  async history(user: UserRec, t: Target) {
+    return this.store.read(async (tx) => {
+      const inst = await findInstance(tx, user, t);
+      const events = await tx.events.after(user.id, 0, { instanceId: inst.id }, HISTORY_SCAN);
+      const history = events.slice(-HISTORY_MAX).map((e) => ({
+        uuid: e.instance_id,
+        name: e.instance_name,
+        created_at: e.at,
+        event_id: e.id,
+        event: e.type,
+        ...(e.from_state ? { from_state: e.from_state } : {}),
+        ...(e.to_state ? { to_state: e.to_state } : {}),
+        ...stopFields(e),
+      }));
+      return { uuid: inst.id, name: inst.name, history };
+    });
   }
 
   /** GET log: a chunk of the console log with the spec's offset/limit semantics. */

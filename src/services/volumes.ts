@@ -8,10 +8,21 @@ import type { ServiceBase } from './deps.js';
 import { checkMountPath } from '../domain/mount-path.js';
 import { findInstance, findVolume } from './lookup.js';
 import { assertQuota, effectiveQuotas } from './users.js';
+import { clone, cloneInTx, makeTemplate, updateVolume, type CloneIn } from './volume-features.js';
+import type { UpdateIn } from '../domain/updates.js';
 
 export { findVolume };
 
 export { checkMountPath };
+
+export interface CreateVolumeIn {
+  name?: string;
+  size_mb?: number;
+  /** a template volume to copy (the newer API) */
+  template?: { uuid?: string; name?: string };
+  tags?: string[];
+  quota_policy?: string;
+}
 
 export interface AttachIn {
   attach_to: { uuid?: string; name?: string };
@@ -57,6 +68,10 @@ export class VolumeService {
       at: null,
       readonly: false,
       message: null,
+      tags: [],
+      delete_lock: false,
+      used_mb: null,
+      source_id: null,
     };
     await tx.volumes.insert(v);
     return v;
@@ -97,9 +112,22 @@ export class VolumeService {
     await tx.volumes.update(v.id, { instance_id: inst.id, at, readonly, state });
   }
 
-  async create(user: UserRec, p: { name?: string; size_mb: number }) {
-    const v = await this.deps.store.tx((tx) => this.createInTx(tx, user, p, true));
-    return { uuid: v.id, name: v.name };
+  /** POST /v1/volumes: empty (`size_mb`), or a copy of a template (`template`, the newer API). */
+  async create(user: UserRec, p: CreateVolumeIn) {
+    const v = await this.deps.store.tx(async (tx) => {
+      if (p.template === undefined) {
+        if (p.size_mb === undefined) throw err('UH_INVALID', "parameter 'size_mb' is required (or 'template')");
+        const made = await this.createInTx(tx, user, { name: p.name, size_mb: p.size_mb }, true);
+        if (p.tags?.length) await tx.volumes.update(made.id, { tags: p.tags });
+        return made;
+      }
+      const source = await findVolume(tx, user, refTarget(p.template, 'template'));
+      if (source.state !== 'template') throw err('UH_NOT_FOUND', `No template volume '${source.name}'`);
+      if (p.size_mb !== undefined && p.size_mb !== source.size_mb)
+        throw err('UH_INVALID', `a volume from template '${source.name}' has its size, ${source.size_mb} MB`);
+      return cloneInTx(this.deps, tx, user, source, { vol_name: p.name, tags: p.tags, quota_policy: p.quota_policy });
+    });
+    return { uuid: v.id, name: v.name, state: v.state };
   }
 
   view(v: VolumeRec, details: boolean, all: boolean): Record<string, unknown> {
@@ -109,6 +137,11 @@ export class VolumeService {
     if (!all) out.attached_to = v.instance_id ? [{ uuid: v.instance_id }] : [];
     out.persistent = v.persistent;
     out.created_at = v.created_at;
+    out.quota_policy = 'static';
+    if (v.tags.length > 0) out.tags = v.tags;
+    if (v.delete_lock) out.delete_lock = true;
+    if (v.used_mb !== null) out.free_mb = Math.max(0, v.size_mb - v.used_mb);
+    out.filesystem = 'ext4';
     if (v.state === 'error' && v.message) out.message = v.message;
     return out;
   }
@@ -150,17 +183,48 @@ export class VolumeService {
     return this.deps.store.tx(async (tx) => {
       const v = await findVolume(tx, user, t);
       if (v.instance_id) throw err('UH_ATTACHED', `volume '${v.name}' is still attached to an instance`);
+      if (v.delete_lock)
+        throw err('UH_NOT_ALLOWED', `volume '${v.name}' has delete_lock set; unset it first (PATCH, prop delete_lock)`);
+      if (v.state === 'busy')
+        throw err('UH_WRONG_STATE', `volume '${v.name}' is busy (a resize or a copy); try again shortly`);
       await tx.volumes.delete(v.id);
       return { uuid: v.id, name: v.name };
     });
   }
 
-  async list(user: UserRec, f: { persistent?: boolean; state?: VolumeState }) {
+  /** PATCH: one property of a volume, or of a template (`templates`; src/services/volume-features.ts). */
+  update(user: UserRec, t: Target, u: UpdateIn, templates = false) {
+    return updateVolume(this.deps, user, t, u, templates);
+  }
+
+  /** POST clone: a new volume copying this one's image. */
+  clone(user: UserRec, t: Target, p: CloneIn) {
+    return clone(this.deps, user, t, p);
+  }
+
+  /** POST templates: the volume becomes a template. */
+  makeTemplate(user: UserRec, t: Target) {
+    return makeTemplate(this.deps, user, t);
+  }
+
+  /** GET templates: a template's status (a volume that is not one is not found). */
+  async getTemplate(user: UserRec, t: Target, details: boolean) {
+    return this.deps.store.read(async (tx) => {
+      const v = await findVolume(tx, user, t);
+      if (v.state !== 'template') throw err('UH_NOT_FOUND', `No template volume '${v.name}'`);
+      return this.view(v, details, false);
+    });
+  }
+
+  async list(user: UserRec, f: { persistent?: boolean; state?: VolumeState; templates?: boolean }) {
     const where: Partial<VolumeRec> = {};
     if (f.persistent !== undefined) where.persistent = f.persistent;
     if (f.state !== undefined) where.state = f.state;
     return this.deps.store.read(async (tx) =>
-      (await tx.volumes.list(user.id, where)).map((v) => ({ uuid: v.id, name: v.name })),
+      (await tx.volumes.list(user.id, where))
+        // templates are listed by /v1/volumes/templates
+        .filter((v) => (f.templates ? v.state === 'template' : v.state !== 'template' || f.state === 'template'))
+        .map((v) => ({ uuid: v.id, name: v.name })),
     );
   }
 

@@ -7,7 +7,16 @@
  */
 
 export type InstanceState = 'stopped' | 'starting' | 'running' | 'draining' | 'stopping' | 'standby';
-export type VolumeState = 'uninitialized' | 'initializing' | 'available' | 'idle' | 'mounted' | 'busy' | 'error';
+export type VolumeState =
+  | 'uninitialized'
+  | 'initializing'
+  | 'available'
+  | 'idle'
+  | 'mounted'
+  | 'busy'
+  | 'error'
+  /** a volume made a template: read-only, volumes are cloned from it */
+  | 'template';
 export type CertificateState = 'pending' | 'valid' | 'error';
 export type RestartPolicy = 'never' | 'always' | 'on-failure';
 
@@ -92,6 +101,14 @@ export interface InstanceSpec {
   nic_id: string | null;
   /** group whose autoscaler created this instance (clones only) */
   autoscale_group_id: string | null;
+  /** the user's labels (`PATCH`, prop `tags`) */
+  tags: string[];
+  /** the user's key-value notes (`PATCH`, prop `annotations`) */
+  annotations: Record<string, string>;
+  /** while set, delete is refused */
+  delete_lock: boolean;
+  /** the guest's hostname (netdev.ip); null: the instance name */
+  hostname: string | null;
 }
 
 /** Where the instance runs: the host whose agent owns its VM, tap and volumes (one host for now). */
@@ -154,6 +171,10 @@ export const SPEC_FIELDS = [
   'mac',
   'nic_id',
   'autoscale_group_id',
+  'tags',
+  'annotations',
+  'delete_lock',
+  'hostname',
   'host_id',
 ] as const satisfies readonly (keyof (InstanceSpec & InstancePlacement))[];
 
@@ -198,6 +219,10 @@ export interface ServiceGroupRec {
   created_at: string;
   persistent: boolean;
   services: ServiceEntry[];
+  /** concurrent requests (HTTP) or connections (TCP) per instance beyond which new ones queue; null: none */
+  soft_limit: number | null;
+  /** requests or connections per instance, in service and queued, beyond which new ones are refused; null: none */
+  hard_limit: number | null;
 }
 
 export interface DomainRec {
@@ -219,6 +244,14 @@ export interface VolumeRec {
   at: string | null;
   readonly: boolean;
   message: string | null;
+  /** the user's labels */
+  tags: string[];
+  /** while set, delete is refused */
+  delete_lock: boolean;
+  /** space the file system uses, MB, as last measured while no VM had it (null: not measured yet) */
+  used_mb: number | null;
+  /** a volume (or template) whose image this one copies when it is made (clone), or null */
+  source_id: string | null;
 }
 
 export interface CertificateRec {
@@ -312,6 +345,10 @@ export interface EventRec {
   type: 'created' | 'state' | 'deleted';
   from_state: InstanceState | null;
   to_state: InstanceState | null;
+  /** the stop fields, on an event into `stopped` or `standby` */
+  stop_reason: number | null;
+  exit_code: number | null;
+  stop_code: number | null;
 }
 
 export interface EventFilter {
@@ -394,6 +431,7 @@ export interface Tx {
     forGroup(groupId: string): Promise<DomainRec[]>;
     forCertificate(certId: string): Promise<DomainRec[]>;
     insert(rec: DomainRec): Promise<void>;
+    delete(fqdn: string): Promise<void>;
     deleteForGroup(groupId: string): Promise<void>;
   };
   volumes: UserTable<VolumeRec> & {

@@ -18,4 +18,16 @@ export interface VolumeDriver {
   remove(id: string): Promise<void>;
   /** removes every image (and partial one) whose volume is not in `keep`; returns the file names removed (for the log) */
   prune(keep: ReadonlySet<string>): string[];
+  /**
+   * Makes `to`'s image a copy of `from`'s (copy-on-write where the file
+   * system can: a reflink on XFS or Btrfs, a full copy on ext4); whole or
+   * not at all. `from` must not be mounted meanwhile.
+   */
+  copy(from: string, to: string): Promise<void>;
+  /** Grows or shrinks the image and its file system to `sizeMb`, offline (no VM may have it). */
+  resize(id: string, sizeMb: number): Promise<void>;
+  /** the image's size in MB (undefined when it is missing) */
+  sizeMb(id: string): number | undefined;
+  /** MB the file system uses, read from its superblock (no VM may have it mounted) */
+  usedMb(id: string): Promise<number>;
 }

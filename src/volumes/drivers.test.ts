@@ -9,11 +9,21 @@ import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } fr
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { after, describe, test } from 'node:test';
+import { randomBytes } from 'node:crypto';
+import { runCommand } from '../network/cmd.js';
 import type { VolumeDriver } from './driver.js';
 import { Ext4Volumes } from './ext4.js';
 import { MemoryVolumes } from './memory.js';
 
-function contract(name: string, make: () => { d: VolumeDriver; damage(id: string): void; stray(id: string): void }) {
+interface Made {
+  d: VolumeDriver;
+  damage(id: string): void;
+  stray(id: string): void;
+  /** puts `mb` MiB of files into the image (the space a shrink must keep) */
+  fill(id: string, mb: number): Promise<void>;
+}
+
+function contract(name: string, make: () => Made) {
   describe(`VolumeDriver contract: ${name}`, () => {
     test('a formatted image exists, passes the check, and its path names the volume', async () => {
       const { d } = make();
@@ -47,6 +57,34 @@ function contract(name: string, make: () => { d: VolumeDriver; damage(id: string
       await d.remove('keep');
       assert.equal(d.exists('keep'), false);
     });
+
+    test('a copy is an image of its own; resize grows and shrinks it and its file system', async () => {
+      const { d } = make();
+      await d.format('orig', 16);
+      await d.copy('orig', 'dup');
+      assert.equal(d.sizeMb('dup'), 16);
+      assert.equal(await d.check('dup'), null);
+      await d.resize('dup', 40);
+      assert.equal(d.sizeMb('dup'), 40);
+      assert.equal(await d.check('dup'), null);
+      await d.resize('dup', 12);
+      assert.equal(d.sizeMb('dup'), 12);
+      assert.equal(await d.check('dup'), null);
+      assert.equal(d.sizeMb('orig'), 16, 'the source keeps its size');
+      const used = await d.usedMb('orig');
+      assert.ok(used >= 1 && used < 16, `used ${used} MiB of an empty 16 MiB volume`);
+    });
+
+    test('a shrink below what the files use is refused and leaves the image as it was', async () => {
+      const { d, fill } = make();
+      await d.format('full', 32);
+      await fill('full', 20);
+      assert.ok((await d.usedMb('full')) >= 20);
+      await assert.rejects(d.resize('full', 10));
+      assert.equal(d.sizeMb('full'), 32);
+      assert.equal(await d.check('full'), null);
+      await assert.rejects(d.resize('nope', 10), /missing/);
+    });
   });
 }
 
@@ -66,6 +104,12 @@ contract('Ext4Volumes (mkfs.ext4, e2fsck)', () => {
     },
     // a partial image a crash left behind
     stray: (id) => writeFileSync(`${d.path(id)}.tmp`, 'partial'),
+    fill: async (id, mb) => {
+      const src = join(dir, `fill-${id}`);
+      writeFileSync(src, randomBytes(mb * 1024 * 1024)); // random: nothing to compress or leave sparse
+      await debugfs(d.path(id), `write ${src} fill`);
+      rmSync(src);
+    },
   };
 });
 
@@ -75,5 +119,26 @@ contract('MemoryVolumes', () => {
     d,
     damage: (id) => d.corrupt(id),
     stray: (id) => d.partial.add(id),
+    fill: async (id, mb) => void d.used.set(id, mb + 1),
   };
+});
+
+/** debugfs on an image: reads and writes its files without mounting it. */
+async function debugfs(image: string, request: string, write = true): Promise<string> {
+  return (await runCommand(['debugfs', ...(write ? ['-w'] : []), '-R', request, image], { timeoutMs: 30_000 })).stdout;
+}
+
+test('Ext4Volumes: the files survive a copy, a grow and a shrink', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'uhvolf-'));
+  dirs.push(dir);
+  const d = new Ext4Volumes(dir);
+  await d.format('a', 16);
+  const note = join(dir, 'note.txt');
+  writeFileSync(note, 'kept across copies and resizes\n');
+  await debugfs(d.path('a'), `write ${note} note.txt`);
+  await d.copy('a', 'b');
+  await d.resize('b', 64);
+  await d.resize('b', 10);
+  assert.equal(await debugfs(d.path('b'), 'cat /note.txt', false), 'kept across copies and resizes\n');
+  assert.equal(await debugfs(d.path('a'), 'cat /note.txt', false), 'kept across copies and resizes\n');
 });

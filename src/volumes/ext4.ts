@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { CommandError, FS_COMMAND_TIMEOUT_MS, runCommand } from '../network/cmd.js';
 import type { VolumeDriver } from './driver.js';
@@ -23,6 +23,7 @@ export async function checkVolumeFile(file: string, timeoutMs = FS_COMMAND_TIMEO
 }
 
 const SUFFIX = '.ext4';
+const MiB = 1024 * 1024;
 
 /** Volumes as ext4 image files `<dir>/<id>.ext4` (docs/volumes.md). */
 export class Ext4Volumes implements VolumeDriver {
@@ -57,6 +58,57 @@ export class Ext4Volumes implements VolumeDriver {
 
   async remove(id: string): Promise<void> {
     rmSync(this.path(id), { force: true });
+  }
+
+  async copy(from: string, to: string): Promise<void> {
+    mkdirSync(this.dir, { recursive: true });
+    const file = this.path(to);
+    const tmp = `${file}.tmp`;
+    try {
+      // a reflink where the file system offers one (XFS, Btrfs), else a sparse full copy
+      await runCommand(['cp', '--reflink=auto', '--sparse=always', this.path(from), tmp], {
+        timeoutMs: FS_COMMAND_TIMEOUT_MS,
+      });
+      renameSync(tmp, file);
+    } finally {
+      rmSync(tmp, { force: true });
+    }
+  }
+
+  async resize(id: string, sizeMb: number): Promise<void> {
+    const file = this.path(id);
+    const cur = this.sizeMb(id);
+    if (cur === undefined) throw new Error(`the image file ${file} is missing`);
+    // resize2fs wants a checked file system; -p repairs only what is safe without asking
+    await runCommand(['e2fsck', '-fp', file], { timeoutMs: FS_COMMAND_TIMEOUT_MS }).catch((e: unknown) => {
+      if (!(e instanceof CommandError) || e.code === null || e.code >= 4) throw e;
+    });
+    if (sizeMb > cur) {
+      truncateSync(file, sizeMb * MiB);
+      await runCommand(['resize2fs', file], { timeoutMs: FS_COMMAND_TIMEOUT_MS }).catch((e: unknown) => {
+        truncateSync(file, cur * MiB); // the file system kept its size: so does its image
+        throw e;
+      });
+    } else if (sizeMb < cur) {
+      await runCommand(['resize2fs', file, `${sizeMb}M`], { timeoutMs: FS_COMMAND_TIMEOUT_MS });
+      truncateSync(file, sizeMb * MiB);
+    }
+  }
+
+  sizeMb(id: string): number | undefined {
+    try {
+      return Math.round(statSync(this.path(id)).size / MiB);
+    } catch {
+      return undefined;
+    }
+  }
+
+  async usedMb(id: string): Promise<number> {
+    const { stdout } = await runCommand(['dumpe2fs', '-h', this.path(id)], { timeoutMs: FS_COMMAND_TIMEOUT_MS });
+    const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(stdout)?.[1]);
+    const used = (field('Block count') - field('Free blocks')) * field('Block size');
+    if (!Number.isFinite(used)) throw new Error(`dumpe2fs did not say how full ${this.path(id)} is`);
+    return Math.ceil(used / MiB);
   }
 
   prune(keep: ReadonlySet<string>): string[] {

@@ -51,6 +51,31 @@ export class MemoryVolumes implements VolumeDriver {
     this.damaged.delete(id);
   }
 
+  /** MB each image's file system uses (tests set it; a new image uses 1) */
+  readonly used = new Map<string, number>();
+
+  async copy(from: string, to: string): Promise<void> {
+    const size = this.images.get(from);
+    if (size === undefined) throw new Error(`the image file ${this.path(from)} is missing`);
+    this.images.set(to, size);
+    this.used.set(to, this.used.get(from) ?? 1);
+  }
+
+  async resize(id: string, sizeMb: number): Promise<void> {
+    if (!this.images.has(id)) throw new Error(`the image file ${this.path(id)} is missing`);
+    if (sizeMb < (this.used.get(id) ?? 1)) throw new Error(`resize2fs: New size smaller than minimum`);
+    this.images.set(id, sizeMb);
+  }
+
+  sizeMb(id: string): number | undefined {
+    return this.images.get(id);
+  }
+
+  async usedMb(id: string): Promise<number> {
+    if (!this.images.has(id)) throw new Error(`the image file ${this.path(id)} is missing`);
+    return this.used.get(id) ?? 1;
+  }
+
   prune(keep: ReadonlySet<string>): string[] {
     const removed = [...this.images.keys()].filter((id) => !keep.has(id));
     for (const id of removed) {

@@ -113,6 +113,27 @@ describe('custom domains on the gateway', () => {
     after1.destroy();
   });
 
+  test('PUT /v1/certificates: the replacement is served from the next handshake; open connections keep working', async () => {
+    const c = await upload(['swap.example.com'], '3001');
+    await group('swap.example.com.', { uuid: c.uuid });
+    const before1 = await handshake('swap.example.com', ca.pem);
+    assert.equal(before1.getPeerX509Certificate()!.serialNumber.toLowerCase(), '3001');
+    const next = await testLeaf(ca, ['swap.example.com', 'www.swap.example.com'], { serial: '3002' });
+    ok(await h.call('PUT', `/v1/certificates/${c.uuid}`, alice, { chain: next.cert, pkey: next.key }));
+    await gw.settled();
+    const after1 = await handshake('swap.example.com', ca.pem);
+    assert.equal(after1.getPeerX509Certificate()!.serialNumber.toLowerCase(), '3002');
+    // the connection made before still carries requests (no instance: the gateway's 503)
+    before1.write('GET / HTTP/1.1\r\nHost: swap.example.com\r\nConnection: close\r\n\r\n');
+    const answer = await new Promise<string>((r) => {
+      let t = '';
+      before1.on('data', (d: Buffer) => (t += d.toString()));
+      before1.on('end', () => r(t));
+    });
+    assert.match(answer, /^HTTP\/1\.1 503/);
+    after1.destroy();
+  });
+
   test('deleting a certificate in use is refused', async () => {
     const c = await upload(['keep.example.com']);
     await group('keep.example.com.', { uuid: c.uuid });

@@ -148,7 +148,7 @@ describe('request parsing', () => {
   test('wrong method on an existing path and an unknown path are 404 No API endpoint', async () => {
     for (const [m, p] of [
       ['POST', '/v1/instances/list'],
-      ['PATCH', '/v1/instances'],
+      ['PATCH', '/v1/instances/start'],
       ['GET', '/v1/instances/start'],
       ['DELETE', '/v1/instances/list'],
       ['GET', '/v1/nothing'],

@@ -9,7 +9,7 @@ import { VolumeController } from '../../src/reconcile/volumes.js';
 import { Ext4Volumes } from '../../src/volumes/ext4.js';
 
 let h: Harness;
-const quiet = { warn: () => undefined, error: () => undefined };
+const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
 
 const mode = (path: string): number => statSync(path).mode & 0o777;
 let laxBefore = 0;

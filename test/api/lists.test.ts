@@ -154,7 +154,7 @@ describe('timeout_s', () => {
 
 describe('unknown sub-paths', () => {
   test('a word where a UUID goes is No API endpoint; a malformed UUID stays a 400', async () => {
-    for (const p of ['/v1/instances/history', '/v1/volumes/templates', '/v1/services/nothing']) {
+    for (const p of ['/v1/instances/everything', '/v1/volumes/attached', '/v1/services/nothing']) {
       const r = await h.call('GET', p, alice);
       assert.equal(r.status, 404, `${p}: ${r.text}`);
       assert.equal(r.body.message, 'No API endpoint');

@@ -1,22 +1,41 @@
 /**
  * The official JS SDK (`@unikraft/cloud`, pinned in devDependencies) drives a
- * real daemon unchanged, as a new user would: every call it offers that the
- * API has. Any SDK error fails the test. Machines are simulated (the SDK sees
- * the API only); test/vm/sdk-boot.test.ts boots a real guest through it.
+ * real daemon unchanged, as a new user would: every call it offers, but the
+ * memory-snapshot ones (suspend, checkpoints, instance templates) and the
+ * control plane's provisioning. Any SDK error fails the test. Machines are
+ * simulated (the SDK sees the API only), volumes are real ext4 files; test/vm/sdk-boot.test.ts boots a
+ * real guest through it.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { UnikraftCloud, collect } from '@unikraft/cloud';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { SIM_STATS, simMachines } from '../helpers/sim-machines.js';
+import { FiguresPublisher, LocalFigures } from '../../src/reconcile/figures.js';
+import { hostFigures } from '../../src/services/capacity.js';
+import { VolumeController } from '../../src/reconcile/volumes.js';
+import { Ext4Volumes } from '../../src/volumes/ext4.js';
 
 let h: Harness;
 let ukc: UnikraftCloud;
 let userId: string;
+let sdkToken: string;
 
 before(async () => {
-  h = await startHarness({}, (s) => [simMachines(s)]);
+  // the agent's figures publisher too: GET /v1/nodes shows what it publishes of its host
+  // volumes are real: ext4 image files (resize and clone run e2fsck, resize2fs, cp --reflink)
+  h = await startHarness({}, (s) => [
+    simMachines(s, { volumes: false }),
+    new VolumeController(s, { info: () => {}, warn: () => {}, error: () => {} }, new Ext4Volumes(s.paths.volumes)),
+    new FiguresPublisher(
+      s,
+      new LocalFigures({ host: (at) => hostFigures(s.config.capacity, s.hostId, at) }),
+      'sdk-test',
+      { warn: () => {} },
+    ),
+  ]);
   const token = await h.user('sdk');
+  sdkToken = token;
   userId = (await h.daemon.store.read((tx) => tx.users.getByName('sdk')))!.id;
   await h.image('app:latest');
   // A metro that is an http:// URL is used as is (compat-notes.md); no proxy from the environment.
@@ -186,5 +205,253 @@ describe('images, quotas, health', () => {
     const q2 = await ukc.users.quotasByUuid(userId);
     assert.equal(q2[0]?.uuid, userId);
     assert.equal((await raw().node.healthz()).status, 'success');
+  });
+});
+
+/** A raw call's envelope, which must say success (the raw client does not throw on an entry's error). */
+async function ok<R extends { status?: string }>(p: Promise<R>): Promise<R> {
+  const r = await p;
+  assert.equal(r.status, 'success', JSON.stringify(r));
+  return r;
+}
+
+/**
+ * Rejects with the SDK's error, whose message names the problem; `status`:
+ * the HTTP status of a whole-request error (an entry's error in a batch
+ * answer has none).
+ */
+async function refused(p: PromiseLike<unknown>, message: RegExp, status?: number): Promise<void> {
+  await assert.rejects(
+    async () => void (await p),
+    (e: Error & { status?: number }) => {
+      assert.equal(e.name, 'UnikraftCloudError');
+      assert.match(e.message, message);
+      if (status !== undefined) assert.equal(e.status, status, e.message);
+      return true;
+    },
+  );
+}
+
+describe('the newer API: updates, history, limits, volume features, create_args, nodes, image store', () => {
+  test('instance updates: offline properties while stopped, labels at any time, delete_lock, edit()', async () => {
+    const i = await ukc.instances.create({ image: 'app:latest', name: 'upd' });
+    await ukc.instances.update({ name: 'upd' }, { memory_mb: 256, env: { MODE: 'fast' }, args: ['--port', '8080'] });
+    await ukc.instances.update({ uuid: i.uuid }, { tags: ['blue'], delete_lock: true });
+    let got = await ukc.instances.get({ name: 'upd' }).refresh();
+    assert.equal(got.memory_mb, 256);
+    assert.deepEqual(got.env, { MODE: 'fast' });
+    assert.deepEqual(got.args, ['--port', '8080']);
+    assert.deepEqual((got as unknown as { tags: string[] }).tags, ['blue']);
+    assert.equal((got as unknown as { delete_lock: boolean }).delete_lock, true);
+    await refused(ukc.instances.delete([{ name: 'upd' }]), /delete_lock/);
+
+    await ukc.instances
+      .get({ name: 'upd' })
+      .edit()
+      .add({ tags: ['prod'] })
+      .del({ tags: ['blue'] })
+      .apply();
+    got = await ukc.instances.get({ name: 'upd' }).refresh();
+    assert.deepEqual((got as unknown as { tags: string[] }).tags, ['prod']);
+
+    await ukc.instances.start([{ name: 'upd' }]);
+    await ukc.instances.get({ name: 'upd' }).wait({ state: 'running', timeoutSeconds: 5 });
+    // what boots needs a stop; the answer says so and nothing changes
+    await refused(ukc.instances.update({ name: 'upd' }, { memory_mb: 512 }), /memory_mb.*stopped/);
+    assert.equal((await ukc.instances.get({ name: 'upd' }).refresh()).memory_mb, 256);
+    await refused(
+      ukc.instances.update({ name: 'upd' }, { autokill: { min_requests: 1 } } as never),
+      /autokill.*not supported/,
+    );
+    await ok(
+      raw().instances.updateInstanceByUuid(i.uuid, {
+        body: { prop: 'delete_lock', op: 'set', value: false },
+      } as never),
+    );
+    await ukc.instances.stop({ name: 'upd' });
+    await ukc.instances.get({ name: 'upd' }).wait({ state: 'stopped', timeoutSeconds: 5 });
+
+    // the history: created, then each state change with the stop's fields
+    const hist = await ukc.instances.history({ name: 'upd' });
+    assert.equal(hist.length, 1);
+    const entries = hist[0]!.history as unknown as {
+      event: string;
+      to_state?: string;
+      stop_reason?: number;
+      name: string;
+    }[];
+    assert.equal(entries[0]!.event, 'created');
+    assert.deepEqual(
+      entries.filter((e) => e.event === 'state').map((e) => e.to_state),
+      ['starting', 'running', 'stopping', 'stopped'],
+    );
+    assert.equal(entries.at(-1)!.stop_reason, 15);
+    assert.ok(entries.every((e) => e.name === 'upd'));
+    const byUuid = await ok(raw().instances.getInstanceHistoryByUuid(i.uuid));
+    assert.equal(byUuid.data?.instances?.[0]?.history?.length, entries.length);
+    await ukc.instances.delete([{ name: 'upd' }]);
+  });
+
+  test('service group soft and hard limits: set at creation and by update, soft above hard refused', async () => {
+    const g = await ukc.services.create({
+      name: 'lim',
+      services: [{ port: 443, handlers: ['http', 'tls'] }],
+      soft_limit: 5,
+      hard_limit: 10,
+    } as never);
+    assert.equal((await ukc.services.get({ uuid: g.uuid }).refresh()).hard_limit, 10);
+    await ukc.services.update({ name: 'lim' }, { soft_limit: 8 });
+    await refused(
+      ukc.services.update({ name: 'lim' }, { soft_limit: 11 }),
+      /soft_limit 11 would be above hard_limit 10/,
+    );
+    const now = await ukc.services.get({ name: 'lim' }).refresh();
+    assert.equal(now.soft_limit, 8, 'the refused update changed nothing');
+    await ukc.services.update({ name: 'lim' }, { hard_limit: null } as never);
+    assert.equal((await ukc.services.get({ name: 'lim' }).refresh()).hard_limit, undefined);
+    await ukc.services.delete([{ name: 'lim' }]);
+  });
+
+  test('volume size, tags, clones and templates', async () => {
+    const v = await ukc.volumes.create({ name: 'src', size_mb: 8, tags: ['db'] } as never);
+    await h.until(async () => (await ukc.volumes.get({ name: 'src' }).refresh()).state === 'available');
+    await ukc.volumes.update({ name: 'src' }, { size_mb: 16 });
+    await h.until(async () => (await ukc.volumes.get({ name: 'src' }).refresh()).state === 'available');
+    assert.equal((await ukc.volumes.get({ uuid: v.uuid }).refresh()).size_mb, 16);
+    await refused(ukc.volumes.update({ name: 'src' }, { quota_policy: 'dynamic' } as never), /quota_policy/);
+
+    const vols = raw().volumes;
+    await ok(vols.cloneVolumes({ body: [{ name: 'src', vol_name: 'copy' }] }));
+    await ok(vols.cloneVolumeByUuid(v.uuid, { body: { vol_name: 'copy2' } }));
+    await h.until(async () => (await ukc.volumes.get({ name: 'copy2' }).refresh()).state === 'available');
+    assert.equal((await ukc.volumes.get({ name: 'copy' }).refresh()).size_mb, 16);
+
+    await ok(vols.createTemplateVolume({ body: [{ name: 'copy' }] }));
+    const templates = await ok(vols.getTemplateVolumes());
+    assert.deepEqual(
+      templates.data?.volumes?.map((x) => x.name),
+      ['copy'],
+    );
+    const tpl = templates.data!.volumes![0]!;
+    await ok(vols.getTemplateVolumeByUuid(tpl.uuid!));
+    await ok(
+      vols.updateTemplateVolumes({ body: [{ name: 'copy', prop: 'tags', op: 'set', value: ['golden'] }] } as never),
+    );
+    // volumes made from the template; the list of volumes leaves templates out
+    await ukc.volumes.create({ name: 'fromtpl', template: { name: 'copy' } } as never);
+    await h.until(async () => (await ukc.volumes.get({ name: 'fromtpl' }).refresh()).state === 'available');
+    assert.deepEqual((await collect(ukc.volumes.list())).map((x) => x.name).sort(), ['copy2', 'fromtpl', 'src']);
+    await refused(
+      ukc.volumes.create({ name: 'hp', size_mb: 4, host_path: '/etc' } as never),
+      /host_path.*not supported/,
+    );
+    await ok(vols.deleteTemplateVolumes({ body: [{ name: 'copy' }] }));
+    await ukc.volumes.delete([{ name: 'src' }, { name: 'copy2' }, { name: 'fromtpl' }]);
+  });
+
+  test('certificate replacement keeps the certificate and its domains', async () => {
+    const { testCa, testLeaf } = await import('../helpers/certs.js');
+    const ca = await testCa();
+    const a = await testLeaf(ca, ['shop.example.org']);
+    const cert = await ukc.certificates.create({
+      name: 'shop-cert',
+      cn: 'shop.example.org',
+      chain: a.cert,
+      pkey: a.key,
+    } as never);
+    const b = await testLeaf(ca, ['shop.example.org']);
+    await ukc.certificates.update({ uuid: cert.uuid }, { chain: b.cert, pkey: b.key });
+    const after = await ukc.certificates.get({ uuid: cert.uuid }).refresh();
+    assert.equal((after as unknown as { serial_number: string }).serial_number.toLowerCase(), b.serial.toLowerCase());
+    const other = await testLeaf(ca, ['elsewhere.example.org']);
+    await refused(
+      ukc.certificates.update({ uuid: cert.uuid }, { chain: other.cert, pkey: other.key }),
+      /shop\.example\.org/,
+    );
+    await ok(raw().certificates.updateCertificateByUuid(cert.uuid, { body: { chain: a.cert, pkey: a.key } } as never));
+    await ukc.certificates.delete([{ uuid: cert.uuid }]);
+  });
+
+  test('autoscale with create_args and no master; a policy in the SDK’s typed form', async () => {
+    const g = await ukc.services.create({ name: 'auto', services: [{ port: 443, handlers: ['http', 'tls'] }] });
+    await ukc.instances.create({ image: 'app:latest', name: 'model', memory_mb: 192 });
+    const as = raw().autoscale;
+    await ok(
+      as.createAutoscaleConfigurationByServiceGroupUuid(g.uuid, {
+        body: { create_args: { template: { name: 'model' } }, min_size: 1, max_size: 2 },
+      } as never),
+    );
+    const cfg = (await ok(as.getAutoscaleConfigurationsByServiceGroupUuid(g.uuid))).data
+      ?.service_groups?.[0] as unknown as {
+      master: { uuid: string; name: string };
+    };
+    const master = await ukc.instances.get({ uuid: cfg.master.uuid }).refresh();
+    assert.equal(master.memory_mb, 192, 'the master copies its template');
+    assert.equal(master.service_group?.uuid, g.uuid);
+    await ukc.instances.get({ uuid: master.uuid }).wait({ state: 'running', timeoutSeconds: 5 });
+    await ok(
+      as.createAutoscaleConfigurationPolicy(g.uuid, {
+        body: {
+          name: 'typed',
+          type: {
+            name: 'typed',
+            metric: 'cpu',
+            adjustment_type: 'change',
+            steps: [{ lower_bound: 500, adjustment: 1 }],
+          },
+        },
+      } as never),
+    );
+    const ps = (await ok(as.getAutoscaleConfigurationPolicyByName(g.uuid, 'typed'))).data?.policies?.[0] as unknown as {
+      steps: unknown[];
+    };
+    assert.equal(ps.steps.length, 1);
+    await refused(
+      as.createAutoscaleConfigurationByServiceGroupUuid(g.uuid, { body: { create_args: { roms: [] } } } as never),
+      /roms.*not supported/,
+    );
+    await ok(as.deleteAutoscaleConfigurationsByServiceGroupUuid(g.uuid));
+    await ukc.instances.delete([{ uuid: master.uuid }, { name: 'model' }]);
+    await ukc.services.delete([{ name: 'auto' }]);
+  });
+
+  test('nodes (developer accounts) and the image store', async () => {
+    const dev = new UnikraftCloud({
+      token: await h.user('sdk-operator', true),
+      metro: h.url,
+      controlPlaneUrl: h.url,
+      proxyFromEnv: false,
+    });
+    const nodes = await dev.api.controlplane.nodes.listNodes();
+    assert.equal(nodes.data?.total_count, 1);
+    const n = nodes.data!.nodes![0]!;
+    assert.equal(n.uuid, h.daemon.services.hostId);
+    await h.until(
+      async () => (await dev.api.controlplane.nodes.getNodeByUuid(n.uuid)).data?.nodes?.[0]?.state === 'ready',
+    );
+    const one = (await dev.api.controlplane.nodes.getNodeByUuid(n.uuid)).data!.nodes![0]!;
+    assert.ok(one.vcpus >= 1 && one.memory_mib > 0);
+    assert.equal((await dev.api.controlplane.nodes.listNodes({ state: 'error' })).data?.nodes?.length, 0);
+    // hosts are the operator's: a tenant is refused
+    await refused(
+      new UnikraftCloud({
+        token: sdkToken,
+        metro: h.url,
+        controlPlaneUrl: h.url,
+        proxyFromEnv: false,
+      }).api.controlplane.nodes.listNodes(),
+      /developer \(operator\) accounts/,
+      403,
+    );
+    await refused(dev.api.controlplane.nodes.provisionNode({ body: {} } as never), /hosts join by running an agent/);
+
+    const store = await ok(raw().images.getImageStore({ tag: 'app:latest' }));
+    const img = store.data!.images![0]!;
+    assert.match(img.url, /^app:latest@sha256:[0-9a-f]{64}$/);
+    assert.equal(img.size_in_bytes, 1234);
+    assert.equal(
+      (await ok(raw().images.getImageStore({ digest: 'sha256:' + '0'.repeat(64) }))).data?.images?.length,
+      0,
+    );
   });
 });

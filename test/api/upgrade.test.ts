@@ -51,6 +51,14 @@ const kept = (i: any) => {
   return rest;
 };
 
+/**
+ * `got` with only the fields `want` has: what the old release showed must be
+ * there unchanged; fields added since (e.g. a volume's `quota_policy`, an
+ * event's stop fields) may come beside them.
+ */
+const asBefore = (got: any[], want: any[]) =>
+  got.map((g, i) => Object.fromEntries(Object.keys(want[i] ?? g).map((k) => [k, g[k]])));
+
 test('the schema is brought to the current version', () => {
   const db = new Database(join(dir, 'unihost.db'), { readonly: true });
   try {
@@ -76,7 +84,8 @@ test('every user keeps its token, instances, volumes, groups and quotas', async 
       ),
     );
     assert.deepEqual(got.map(kept), want.instances.map(kept), `${name}'s instances`);
-    assert.deepEqual(data(await h.call('GET', '/v1/volumes', token)), want.volumes, `${name}'s volumes`);
+    const volumes = data(await h.call('GET', '/v1/volumes', token));
+    assert.deepEqual(asBefore(volumes, want.volumes), want.volumes, `${name}'s volumes`);
     assert.deepEqual(data(await h.call('GET', '/v1/services/list', token)), want.groups, `${name}'s groups`);
     const quotas = data(await h.call('GET', '/v1/users/quotas', token))[0];
     assert.deepEqual(quotas.hard, want.quotas[0].hard, `${name}'s quota limits`);
@@ -97,7 +106,8 @@ test('the event log keeps its history; new events follow it', async () => {
   const token = expected.alice.token as string;
   const alice = await h.daemon.store.read((tx) => tx.users.getByName('alice'));
   const log = await h.daemon.store.read((tx) => tx.events.after(alice!.id, 0, {}, 1000));
-  assert.deepEqual(log.slice(0, expected.alice.events.length), expected.alice.events);
+  const old = expected.alice.events as any[];
+  assert.deepEqual(asBefore(log.slice(0, old.length), old), old);
   const stopped = expected.alice.instances.find((i: any) => i.name === 'stopped-one');
   const r = await h.call('PUT', '/v1/instances/start', token, { uuid: stopped.uuid, wait_timeout_ms: 5000 });
   assert.equal(data(r)[0].state, 'running', r.text);

@@ -101,7 +101,18 @@ describe('get and list', () => {
     const [byName] = ok(await h.call('GET', '/v1/volumes', carol, { name: 'gb' }));
     assert.deepEqual(
       Object.keys(byName).sort(),
-      ['attached_to', 'created_at', 'name', 'persistent', 'size_mb', 'state', 'status', 'uuid'].sort(),
+      [
+        'attached_to',
+        'created_at',
+        'filesystem',
+        'name',
+        'persistent',
+        'quota_policy',
+        'size_mb',
+        'state',
+        'status',
+        'uuid',
+      ].sort(),
     );
     assert.equal(byName.status, 'success');
     assert.deepEqual(byName.attached_to, [{ uuid: inst.uuid }]);

@@ -24,6 +24,8 @@ export const SIM_STATS: SimStats = MEMORY_VM_STATS;
  */
 export function simMachines(
   s: Services,
+  /** `volumes: false`: leave volumes to a real VolumeController (test/api/sdk.test.ts) */
+  o: { volumes?: boolean } = {},
 ): Controller & { stats(id: string): SimStats | undefined; pause(on: boolean): void } {
   let off: (() => void) | null = null;
   // Instances the simulation has "booted": they report fixed figures, like a VM's process would report real ones.
@@ -92,7 +94,7 @@ export function simMachines(
     async start() {
       off = s.store.watch('now', (e) => {
         if (e.type === 'change' && e.kind === 'instance') later(() => step(e.id));
-        if (e.type === 'change' && e.kind === 'volume') later(() => volume(e.id));
+        if (e.type === 'change' && e.kind === 'volume' && o.volumes !== false) later(() => volume(e.id));
       });
     },
     stats(id) {

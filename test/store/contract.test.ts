@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openStore } from '../../src/store/open.js';
 import type { FeedEvent, InstanceRec, Store, Tx } from '../../src/store/types.js';
-import { NEVER_RUN, fire } from '../../src/domain/instance-states.js';
+import { NEVER_RUN, fire, specDefaults } from '../../src/domain/instance-states.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
 import { requirePart } from '../helpers/require.js';
 
@@ -69,6 +69,7 @@ function instance(userId: string, name: string, hostId: string | null = null): I
     host_id: hostId,
     state: 'stopped',
     ...NEVER_RUN,
+    ...specDefaults(),
     runtime: {},
   };
 }

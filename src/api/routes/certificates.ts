@@ -46,6 +46,29 @@ export const certificateEndpoints = [
     ),
   }),
   endpoint({
+    method: 'PUT',
+    path: '/v1/certificates',
+    localPath: '/v1/certificates/:uuid',
+    plural: C,
+    summary:
+      'Replace certificates: a new chain and key covering the common name and every domain using it; served from the next TLS handshake, open connections stay.',
+    target: 'required',
+    batch: true,
+    params: Type.Object(
+      {
+        chain: Pem('PEM certificates, leaf first, then intermediates.', 65536),
+        pkey: Pem('PEM private key of the leaf (unencrypted); stored in a 0600 file, never returned.', 16384),
+      },
+      { additionalProperties: false },
+    ),
+    handle: async (ctx, e) => {
+      const c = await ctx.services.certificates.replace(ctx.user, e.target!, e.params);
+      ctx.log.info({ certificate: c.uuid, serial: c.serial_number }, 'certificate replaced');
+      return c;
+    },
+    response: Type.Object({ status: Str(), uuid: Uuid(), name: Str(), state: Str() }, { additionalProperties: true }),
+  }),
+  endpoint({
     method: 'GET',
     path: '/v1/certificates',
     localPath: '/v1/certificates/:uuid',

@@ -50,3 +50,40 @@ export const imageEndpoints = [
   }),
   endpoint({ method: 'GET', path: '/v1/images', summary: 'Alias of /v1/images/list (newer clients).', ...imagesList }),
 ];
+
+/** An image as the newer API's image store shows it (the SDK's `Image` model). */
+const StoredImage = Type.Object(
+  {
+    url: Str('A reference that names exactly this image: a visible tag with the digest, or the digest.'),
+    created_at: Str('When the image was imported or pushed.'),
+    initrd_or_rom: Bool('Whether the image has an init ramdisk.'),
+    size_in_bytes: Int('Kernel plus initrd size.'),
+    args: Type.Array(Str(), { description: 'Default application arguments.' }),
+    env: Type.Record(Type.String(), Type.String(), {
+      description: 'Environment the image sets (none: images set none).',
+    }),
+    tags: Type.Array(Str(), { description: 'Tags of the image the user can see.' }),
+  },
+  { additionalProperties: false },
+);
+
+export const imageStoreEndpoints = [
+  endpoint({
+    method: 'GET',
+    path: '/v1/image-store',
+    plural: 'images',
+    summary: 'The images stored on the platform that the user can boot (official and own namespace).',
+    target: 'none',
+    batch: false,
+    params: Type.Object({}, { additionalProperties: false }),
+    query: Type.Object(
+      {
+        digest: Opt(Str('Only the image with this digest.')),
+        tag: Opt(Str("Only images with this tag: a bare tag ('v1') or a reference ('app:v1').")),
+      },
+      { additionalProperties: false },
+    ),
+    handleAll: async (ctx, _e, q) => ctx.services.images.store(ctx.user, q as { digest?: string; tag?: string }),
+    response: StoredImage,
+  }),
+];

@@ -1,16 +1,24 @@
 import { certificateEndpoints } from './certificates.js';
-import { imageEndpoints } from './images.js';
+import { imageEndpoints, imageStoreEndpoints } from './images.js';
+import { nodeEndpoints, notHereEndpoints } from './nodes.js';
 import { instanceEndpoints } from './instances.js';
 import { serviceEndpoints } from './services.js';
 import { userEndpoints } from './users.js';
 import { volumeEndpoints } from './volumes.js';
+import { updateEndpoints } from './updates.js';
+import { volumeTemplateEndpoints } from './volume-templates.js';
 
 /** The endpoint table: every route of the v1 API. */
 export const ENDPOINTS = [
   ...serviceEndpoints,
   ...instanceEndpoints,
+  ...volumeTemplateEndpoints,
   ...volumeEndpoints,
+  ...updateEndpoints,
   ...certificateEndpoints,
   ...imageEndpoints,
+  ...imageStoreEndpoints,
+  ...nodeEndpoints,
+  ...notHereEndpoints,
   ...userEndpoints,
 ];

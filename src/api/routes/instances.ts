@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint, RawArray } from '../endpoint.js';
 import { Bool, Int, Name, Opt, Ref, Str, Summary, TimeoutMs, TimeoutS, Uuid } from '../schemas/common.js';
-import { GroupServiceEntry, DomainIn } from './services.js';
+import { GroupServiceEntry, DomainIn, GroupLimitFields } from './services.js';
 import { checkCreate, FEATURES, RESTART_POLICIES, type CreateParams } from '../../services/instances-create.js';
 import { err } from '../../errors.js';
 import { instanceMetrics } from '../../services/instance-metrics.js';
@@ -49,6 +49,7 @@ const CreateBody = Type.Object(
           name: Opt(Name()),
           services: Opt(Type.Array(GroupServiceEntry)),
           domains: Opt(Type.Array(DomainIn)),
+          ...GroupLimitFields,
         },
         { additionalProperties: false, description: 'Existing group (uuid or name) or a new group description.' },
       ),

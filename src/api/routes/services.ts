@@ -19,6 +19,22 @@ export const GroupServiceEntry = Type.Object(
   { additionalProperties: false },
 );
 
+/** A group's limits per instance (docs/gateway.md, "Limits"). */
+export const GroupLimitFields = {
+  soft_limit: Opt(
+    Int('Requests (HTTP) or connections (TCP) per instance beyond which new ones queue.', {
+      minimum: 1,
+      maximum: 65535,
+    }),
+  ),
+  hard_limit: Opt(
+    Int('Requests or connections per instance, in service and queued, beyond which new ones are refused.', {
+      minimum: 1,
+      maximum: 65535,
+    }),
+  ),
+};
+
 export const DomainIn = Type.Object(
   {
     name: Str('Domain: a name under the metro domain, or an FQDN ending with a dot.', { minLength: 1, maxLength: 254 }),
@@ -38,20 +54,52 @@ const StepSchema = Type.Object(
   { additionalProperties: false },
 );
 
+const PolicyFields = {
+  enabled: Opt(Bool('Default true: a disabled policy is kept, not evaluated.')),
+  metric: Opt(Str('Metric: cpu (millicores). Default cpu.')),
+  adjustment_type: Opt(Str('change, exact or percent (percentage, absolute: aliases). Default change.')),
+  steps: Opt(Type.Array(StepSchema, { description: 'Required (here or in type).' })),
+};
+
+/** A policy: the spec's form (`type: "step"` beside the fields), or the official SDK's (`type` is the policy). */
 export const PolicySchema = Type.Object(
   {
     name: PolicyName(),
-    type: Str('Policy type: step.'),
-    metric: Opt(Str('Metric: cpu (millicores). Default cpu.')),
-    adjustment_type: Opt(Str('change, exact or percent. Default change.')),
-    steps: Type.Array(StepSchema),
+    type: Type.Union(
+      [
+        Str('Policy type: step.'),
+        Type.Object({ name: Opt(PolicyName()), ...PolicyFields }, { additionalProperties: false }),
+      ],
+      { errorMessage: "expected 'step' or a policy object" },
+    ),
+    ...PolicyFields,
+  },
+  { additionalProperties: false },
+);
+
+/**
+ * What the platform creates the master from when a configuration names
+ * none (the newer API's `create_args`): an instance of the user as its
+ * template (`template`), or the fields of an instance create request.
+ */
+const CreateArgs = Type.Object(
+  {
+    template: Opt(Ref('instance the master copies (its image, args, env, memory and restart policy)')),
+    roms: Opt(Type.Unknown({ description: 'Not supported: instances boot a kernel and an initrd.' })),
+    name: Opt(Name()),
+    image: Opt(Str('Image reference (tag or digest).', { minLength: 1, maxLength: 512 })),
+    args: Opt(Type.Union([Type.String(), Type.Array(Type.String())])),
+    env: Opt(Type.Record(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$' }), Type.String())),
+    memory_mb: Opt(Int('Default 128.', { minimum: 1 })),
+    restart_policy: Opt(Str()),
   },
   { additionalProperties: false },
 );
 
 const AutoscaleBody = Type.Object(
   {
-    master: Ref('master instance'),
+    master: Opt(Ref('master instance (or create_args)')),
+    create_args: Opt(CreateArgs),
     min_size: Opt(Int('Minimum instances. Default 1.', { minimum: 0 })),
     max_size: Opt(Int('Maximum instances. Default 4.', { minimum: 0 })),
     warmup_time_ms: Opt(Int('Default 1000.', { minimum: 0 })),
@@ -70,7 +118,12 @@ export const serviceEndpoints = [
     target: 'none',
     batch: true,
     params: Type.Object(
-      { name: Opt(Name()), services: Type.Array(GroupServiceEntry), domains: Opt(Type.Array(DomainIn)) },
+      {
+        name: Opt(Name()),
+        services: Type.Array(GroupServiceEntry),
+        domains: Opt(Type.Array(DomainIn)),
+        ...GroupLimitFields,
+      },
       { additionalProperties: false },
     ),
     handleAll: checkedEach<GroupDescription>(

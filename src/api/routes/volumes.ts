@@ -1,13 +1,24 @@
 import { Type } from '@sinclair/typebox';
+import { err } from '../../errors.js';
 import { endpoint } from '../endpoint.js';
 import { Bool, Int, Name, Opt, Ref, Str, Summary, Uuid } from '../schemas/common.js';
 import type { VolumeState } from '../../store/types.js';
 import { checkAttach, type AttachIn } from '../../services/volumes.js';
 
+/** Create parameters of the newer API that a volume here does not have, and why. */
+const NOT_ON_CREATE: Record<string, string> = {
+  host_path: "a volume is an ext4 image in the platform's data directory, never a path of the host",
+  uid: 'the file system is created empty, owned by root; the guest sets owners',
+  gid: 'the file system is created empty, owned by root; the guest sets owners',
+  args: 'volumes take no driver arguments',
+};
+
 const V = 'volumes';
 const VolumeStateSchema = Type.Union(
-  ['uninitialized', 'initializing', 'available', 'idle', 'mounted', 'busy', 'error'].map((s) => Type.Literal(s)),
-  { errorMessage: 'expected one of uninitialized, initializing, available, idle, mounted, busy, error' },
+  ['uninitialized', 'initializing', 'available', 'idle', 'mounted', 'busy', 'error', 'template'].map((s) =>
+    Type.Literal(s),
+  ),
+  { errorMessage: 'expected one of uninitialized, initializing, available, idle, mounted, busy, error, template' },
 );
 
 export const volumeEndpoints = [
@@ -15,13 +26,41 @@ export const volumeEndpoints = [
     method: 'POST',
     path: '/v1/volumes',
     plural: V,
-    summary: 'Create volumes (ext4, initialized empty).',
+    summary: 'Create volumes: ext4, initialized empty (size_mb), or a copy of a template volume (template).',
     target: 'none',
     batch: true,
     params: Type.Object(
-      { name: Opt(Name()), size_mb: Int('Size in MB.', { minimum: 1 }) },
+      {
+        name: Opt(Name()),
+        size_mb: Opt(Int('Size in MB (required unless template is given).', { minimum: 1 })),
+        template: Opt(Ref('template volume')),
+        tags: Opt(Type.Array(Type.String({ maxLength: 128 }), { maxItems: 64 })),
+        quota_policy: Opt(Type.Literal('static', { description: 'Volumes have a fixed size.' })),
+        filesystem: Opt(
+          Type.Literal('ext4', { description: 'ext4 (the only one).', errorMessage: "only 'ext4' is supported" }),
+        ),
+        access_mode: Opt(
+          Type.Literal('rwo', {
+            description: 'rwo (the only mode: a volume is attached to one instance at a time).',
+            errorMessage: "only 'rwo' is supported: a volume is attached to one instance at a time",
+          }),
+        ),
+        ...Object.fromEntries(
+          Object.keys(NOT_ON_CREATE).map((k) => [
+            k,
+            Opt(Type.Unknown({ description: `Not supported: ${NOT_ON_CREATE[k]}.` })),
+          ]),
+        ),
+      },
       { additionalProperties: false },
     ),
+    check: (p) => {
+      if (p.size_mb === undefined && p.template === undefined)
+        throw err('UH_INVALID', "parameter 'size_mb' is required (or 'template', a template volume to copy)");
+      for (const k of Object.keys(NOT_ON_CREATE))
+        if ((p as Record<string, unknown>)[k] !== undefined)
+          throw err('UH_NOT_SUPPORTED', `parameter '${k}': not supported on this platform (${NOT_ON_CREATE[k]})`);
+    },
     handle: async (ctx, e) => ctx.services.volumes.create(ctx.user, e.params),
     response: Summary,
   }),

@@ -32,3 +32,31 @@ export const TimeoutS = (msKey: string) =>
 
 /** A response entry of a call on one object: its per-entry `status`, `uuid` and `name`, and what the endpoint adds. */
 export const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
+
+/**
+ * The parameters of an update in the newer API's form (`PATCH`): the
+ * property (one of `props`), the operation and its value; `id` is the
+ * client's, echoed in the answer (docs/api.md, "Updates").
+ */
+export const UpdateParams = (props: readonly string[]) =>
+  Type.Object(
+    {
+      prop: Type.Union(
+        props.map((p) => Type.Literal(p)),
+        { errorMessage: `expected one of ${props.join(', ')}`, description: 'The property to change.' },
+      ),
+      op: Type.Union(
+        ['set', 'add', 'del'].map((o) => Type.Literal(o)),
+        { errorMessage: 'expected one of set, add, del', description: 'set replaces, add adds to, del removes from.' },
+      ),
+      value: Opt(Type.Unknown({ description: "The value; its type is the property's (docs/api.md)." })),
+      id: Opt(Str("The client's id for this update, echoed in its answer.", { maxLength: 128 })),
+    },
+    { additionalProperties: false },
+  );
+
+/** The answer to one update: the object and, in words, what changed and when it applies. */
+export const UpdateResult = Type.Object(
+  { status: Str(), uuid: Uuid(), name: Str(), id: Opt(Str()), message: Opt(Str()) },
+  { additionalProperties: false },
+);

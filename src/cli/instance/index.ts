@@ -8,6 +8,8 @@ import { registerInstanceLogs } from './logs.js';
 import { registerInstanceStart } from './start.js';
 import { registerInstanceStop } from './stop.js';
 import { registerInstanceWait } from './wait.js';
+import { registerInstanceUpdate } from './update.js';
+import { registerInstanceHistory } from './history.js';
 
 /** `unihost instance ...`: instances through the API (like `kraft cloud instance`). */
 export function registerInstance(program: Command): void {
@@ -21,5 +23,7 @@ export function registerInstance(program: Command): void {
   registerInstanceStart(instance);
   registerInstanceStop(instance);
   registerInstanceWait(instance);
+  registerInstanceUpdate(instance);
+  registerInstanceHistory(instance);
   registerInstanceDelete(instance);
 }

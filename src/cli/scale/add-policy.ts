@@ -12,7 +12,7 @@ export async function groupUuid(client: UnihostClient, group: string): Promise<s
 }
 
 /** A step `LOWER:UPPER=ADJUSTMENT` (either bound may be empty), e.g. `0:500=1`, `800:=2`, `:100=-1`. */
-export function stepSpec(v: string): PolicyIn['steps'][number] {
+export function stepSpec(v: string): NonNullable<PolicyIn['steps']>[number] {
   const m = /^(-?\d+)?:(-?\d+)?=(-?\d+)$/.exec(v);
   if (!m) throw new UsageError(`--step '${v}' is not LOWER:UPPER=ADJUSTMENT (e.g. 0:500=1, 800:=2)`);
   return {

@@ -4,6 +4,7 @@ import { registerServiceCreate } from './create.js';
 import { registerServiceDelete } from './delete.js';
 import { registerServiceGet } from './get.js';
 import { registerServiceList } from './list.js';
+import { registerServiceUpdate } from './update.js';
 
 /** `unihost service ...`: service groups (published ports and domains). */
 export function registerService(program: Command): void {
@@ -13,5 +14,6 @@ export function registerService(program: Command): void {
   registerServiceCreate(service);
   registerServiceList(service);
   registerServiceGet(service);
+  registerServiceUpdate(service);
   registerServiceDelete(service);
 }

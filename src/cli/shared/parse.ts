@@ -63,3 +63,24 @@ export function portText(s: { port: number; destination_port?: number; handlers?
   const dest = s.destination_port !== undefined && s.destination_port !== s.port ? `:${s.destination_port}` : '';
   return `${s.port}${dest}${s.handlers && s.handlers.length > 0 ? `/${s.handlers.join('+')}` : ''}`;
 }
+
+/**
+ * One update in the CLI's form: `PROP=VALUE` (set), `PROP+=VALUE` (add),
+ * `PROP-=VALUE` (del; `PROP-=` alone removes the property). A value that
+ * reads as JSON (a number, true/false, an array or object, a quoted string)
+ * is sent as that; anything else as a string.
+ */
+export function updateSpec(v: string): { prop: string; op: 'set' | 'add' | 'del'; value?: unknown } {
+  const m = /^([a-z_]+)(\+=|-=|=)(.*)$/s.exec(v);
+  if (!m) throw new UsageError(`'${v}' is not PROP=VALUE, PROP+=VALUE or PROP-=VALUE (e.g. memory_mb=256, tags+=blue)`);
+  const op = m[2] === '+=' ? 'add' : m[2] === '-=' ? 'del' : 'set';
+  const raw = m[3]!;
+  if (op === 'del' && raw === '') return { prop: m[1]!, op };
+  let value: unknown = raw;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    // not JSON: the word itself
+  }
+  return { prop: m[1]!, op, value };
+}

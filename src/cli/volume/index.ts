@@ -6,6 +6,8 @@ import { registerVolumeDelete } from './delete.js';
 import { registerVolumeDetach } from './detach.js';
 import { registerVolumeGet } from './get.js';
 import { registerVolumeList } from './list.js';
+import { registerVolumeResize } from './resize.js';
+import { registerVolumeClone } from './clone.js';
 
 /** `unihost volume ...`: persistent volumes. */
 export function registerVolume(program: Command): void {
@@ -15,5 +17,7 @@ export function registerVolume(program: Command): void {
   registerVolumeGet(volume);
   registerVolumeAttach(volume);
   registerVolumeDetach(volume);
+  registerVolumeResize(volume);
+  registerVolumeClone(volume);
   registerVolumeDelete(volume);
 }

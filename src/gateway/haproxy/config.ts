@@ -89,6 +89,7 @@ function globalSection(s: PlaneState, f: PlaneFiles): string[] {
     'defaults',
     '  log global',
     `  timeout connect ${sec(l.connectTimeoutMs)}`,
+    `  timeout queue ${sec(l.queueTimeoutMs)}`,
     `  timeout client ${sec(l.idleTimeoutMs)}`,
     `  timeout server ${sec(l.upstreamHeadersTimeoutMs)}`,
     `  timeout http-request ${sec(l.headersTimeoutMs)}`,
@@ -238,18 +239,47 @@ function backend(s: PlaneState, slot: Slot): string[] {
       '  http-request set-header x-forwarded-host %[req.hdr(host)] if { req.hdr(host) -m found }',
     );
   }
+  const r = slot.route;
+  out.push(...hardLimit(r, http));
   const wake = s.wakePorts.get(slot.name);
   if (!http && wake) out.push(`  server uh_wake 127.0.0.1:${wake} backup`);
-  const r = slot.route;
   for (const b of r ? s.backends(r.groupId) : []) {
     if (b.state === 'other') continue;
     out.push(
       // drains are runtime state (`set server state drain`), set again after every load
-      `  server ${serverName(b.instanceId)} ${b.host}:${r!.destinationPort}`,
+      `  server ${serverName(b.instanceId)} ${b.host}:${r!.destinationPort}${serverOptions(r)}`,
     );
   }
   out.push('');
   return out;
+}
+
+/**
+ * A server's options from its group's limits: `maxconn` is the soft limit
+ * (the hard one when there is no soft one). HAProxy queues what an instance
+ * cannot take now in the backend's queue, served in order as slots free up.
+ */
+export function serverOptions(r: Route | undefined): string {
+  const max = r?.limits?.soft ?? r?.limits?.hard ?? null;
+  return max === null ? '' : ` maxconn ${max}`;
+}
+
+/**
+ * The hard limit: a request (HTTP) or connection (TCP) that would make the
+ * backend hold more than `hard` per usable instance, in service and queued
+ * (`be_conn` counts both, this one included), is refused at once.
+ */
+function hardLimit(r: Route | undefined, http: boolean): string[] {
+  const hard = r?.limits?.hard ?? null;
+  if (hard === null) return [];
+  const rule = http ? 'http-request' : 'tcp-request content';
+  const full = '{ be_conn,sub(txn.uh_cap) gt 0 }';
+  return [
+    `  ${rule} set-var(txn.uh_cap) nbsrv,mul(${hard})`,
+    http
+      ? `  http-request return status 503 content-type "text/plain; charset=utf-8" hdr retry-after 1 string "unihost: this service is at its hard limit (${hard} requests per instance); try again shortly." if ${full}`
+      : `  tcp-request content reject if ${full}`,
+  ];
 }
 
 function activator(s: PlaneState, port: number): string[] {

@@ -1,5 +1,5 @@
 import type { Backend } from '../types.js';
-import { serverName } from './config.js';
+import { serverName, serverOptions } from './config.js';
 import { refused, type RuntimeApi } from './runtime.js';
 import type { Slot } from './slots.js';
 
@@ -8,6 +8,8 @@ export interface ServerState {
   instanceId: string;
   groupId: string;
   addr: string;
+  /** options of `add server` (the group's limits) */
+  opts: string;
   state: 'running' | 'draining';
 }
 /** backend -> server name -> state */
@@ -31,6 +33,7 @@ export function wantedServers(ports: Map<number, Slot[]>, backends: (groupId: st
           instanceId: b.instanceId,
           groupId: r!.groupId,
           addr: `${b.host}:${r!.destinationPort}`,
+          opts: serverOptions(r),
           state: b.state,
         });
       }
@@ -61,7 +64,7 @@ export async function applyServers(api: RuntimeApi, have: ServerTable, want: Ser
     have.set(be, cur);
     for (const [name, s] of cur) {
       const w = servers.get(name);
-      if (w && w.addr === s.addr) continue;
+      if (w && w.addr === s.addr && w.opts === s.opts) continue;
       await cmd(api, `set server ${be}/${name} state maint`);
       await api.send(`shutdown sessions server ${be}/${name}`);
       await cmd(api, `del server ${be}/${name}`);
@@ -70,7 +73,7 @@ export async function applyServers(api: RuntimeApi, have: ServerTable, want: Ser
     for (const [name, w] of servers) {
       const s = cur.get(name);
       if (!s) {
-        await cmd(api, `add server ${be}/${name} ${w.addr}`);
+        await cmd(api, `add server ${be}/${name} ${w.addr}${w.opts}`);
         cur.set(name, { ...w, state: 'draining' });
         await cmd(api, `set server ${be}/${name} state ${w.state === 'running' ? 'ready' : 'drain'}`);
         cur.set(name, w);

@@ -324,10 +324,12 @@ export class PostgresStore implements Store {
     const e = p.events;
     if (e.length > 0)
       await q(
-        `INSERT INTO events (id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state)
-           SELECT nextval('event_ids'), a, u, i, nm, g, ty, f, tt
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-               WITH ORDINALITY AS ev(a, u, i, nm, g, ty, f, tt, n)
+        `INSERT INTO events (id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
+             stop_reason, exit_code, stop_code)
+           SELECT nextval('event_ids'), a, u, i, nm, g, ty, f, tt, sr, ec, sc
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+               $9::int[], $10::int[], $11::bigint[])
+               WITH ORDINALITY AS ev(a, u, i, nm, g, ty, f, tt, sr, ec, sc, n)
              ORDER BY n`,
         [
           e.map((x) => x.at),
@@ -338,6 +340,9 @@ export class PostgresStore implements Store {
           e.map((x) => x.type),
           e.map((x) => x.from_state),
           e.map((x) => x.to_state),
+          e.map((x) => x.stop_reason),
+          e.map((x) => x.exit_code),
+          e.map((x) => x.stop_code),
         ],
       );
     await q(`SELECT pg_notify('${CHANNEL}', '')`);

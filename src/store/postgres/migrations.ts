@@ -195,4 +195,19 @@ export const PG_MIGRATIONS: string[] = [
     data jsonb NOT NULL
   );
   `,
+  /* 2: SQLite migration 5 (instance tags, annotations, delete lock, hostname; group limits; volume tags, lock, use, source; event stop fields) */ `
+  ALTER TABLE instances ADD COLUMN tags jsonb NOT NULL DEFAULT '[]';
+  ALTER TABLE instances ADD COLUMN annotations jsonb NOT NULL DEFAULT '{}';
+  ALTER TABLE instances ADD COLUMN delete_lock boolean NOT NULL DEFAULT false;
+  ALTER TABLE instances ADD COLUMN hostname text;
+  ALTER TABLE service_groups ADD COLUMN soft_limit integer;
+  ALTER TABLE service_groups ADD COLUMN hard_limit integer;
+  ALTER TABLE volumes ADD COLUMN tags jsonb NOT NULL DEFAULT '[]';
+  ALTER TABLE volumes ADD COLUMN delete_lock boolean NOT NULL DEFAULT false;
+  ALTER TABLE volumes ADD COLUMN used_mb integer;
+  ALTER TABLE volumes ADD COLUMN source_id text;
+  ALTER TABLE events ADD COLUMN stop_reason integer;
+  ALTER TABLE events ADD COLUMN exit_code integer;
+  ALTER TABLE events ADD COLUMN stop_code bigint;
+  `,
 ];

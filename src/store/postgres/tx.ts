@@ -124,6 +124,9 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       type: 'state',
       from_state: null,
       to_state: null,
+      stop_reason: null,
+      exit_code: null,
+      stop_code: null,
       ...e,
     });
   };
@@ -177,7 +180,21 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       if (i.state !== from) throw err('UH_CONFLICT', `instance '${i.name}' is ${i.state}, not ${from}`);
       await updateRow(S.status, id, { ...patch, state: to });
       write(S.instances, id);
-      if (from !== to) event(i, { type: 'state', from_state: from, to_state: to });
+      // a stop's fields go with the event that records it (instance history)
+      const ended = to === 'stopped' || to === 'standby';
+      if (from !== to)
+        event(i, {
+          type: 'state',
+          from_state: from,
+          to_state: to,
+          ...(ended
+            ? {
+                stop_reason: patch.stop_reason ?? null,
+                exit_code: patch.exit_code ?? null,
+                stop_code: patch.stop_code ?? null,
+              }
+            : {}),
+        });
     },
     delete: async (id) => {
       cur();
@@ -271,6 +288,7 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       forGroup: (groupId) => many<DomainRec>('SELECT * FROM domains WHERE group_id=$1 ORDER BY seq', groupId),
       forCertificate: (certId) => many<DomainRec>('SELECT * FROM domains WHERE certificate_id=$1 ORDER BY seq', certId),
       insert: (rec) => insert(S.domains, rec),
+      delete: (fqdn) => del(S.domains, fqdn),
       deleteForGroup: async (groupId) => {
         cur();
         await q('DELETE FROM domains WHERE group_id=$1', [groupId]);

@@ -255,4 +255,25 @@ export const MIGRATIONS: string[] = [
     data TEXT NOT NULL
   );
   `,
+  /*
+   * 5: what the newer API updates (PATCH): an instance's tags, annotations,
+   * delete lock and hostname; a group's soft and hard limits; a volume's
+   * tags, delete lock, measured use and the volume it is cloned from (and
+   * the `template` state); the stop fields on the events into stopped or
+   * standby (instance history).
+   */ `
+  ALTER TABLE instances ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';
+  ALTER TABLE instances ADD COLUMN annotations TEXT NOT NULL DEFAULT '{}';
+  ALTER TABLE instances ADD COLUMN delete_lock INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE instances ADD COLUMN hostname TEXT;
+  ALTER TABLE service_groups ADD COLUMN soft_limit INTEGER;
+  ALTER TABLE service_groups ADD COLUMN hard_limit INTEGER;
+  ALTER TABLE volumes ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';
+  ALTER TABLE volumes ADD COLUMN delete_lock INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE volumes ADD COLUMN used_mb INTEGER;
+  ALTER TABLE volumes ADD COLUMN source_id TEXT;
+  ALTER TABLE events ADD COLUMN stop_reason INTEGER;
+  ALTER TABLE events ADD COLUMN exit_code INTEGER;
+  ALTER TABLE events ADD COLUMN stop_code INTEGER;
+  `,
 ];

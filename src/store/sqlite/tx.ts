@@ -140,6 +140,9 @@ export function makeTx(
       type: 'state',
       from_state: null,
       to_state: null,
+      stop_reason: null,
+      exit_code: null,
+      stop_code: null,
       ...e,
     });
   };
@@ -218,7 +221,21 @@ export function makeTx(
       if (i.state !== from) throw err('UH_CONFLICT', `instance '${i.name}' is ${i.state}, not ${from}`);
       updateRow(S.status, id, { ...patch, state: to });
       write(S.instances, id);
-      if (from !== to) event(i, { type: 'state', from_state: from, to_state: to });
+      // a stop's fields go with the event that records it (instance history)
+      const ended = to === 'stopped' || to === 'standby';
+      if (from !== to)
+        event(i, {
+          type: 'state',
+          from_state: from,
+          to_state: to,
+          ...(ended
+            ? {
+                stop_reason: patch.stop_reason ?? null,
+                exit_code: patch.exit_code ?? null,
+                stop_code: patch.stop_code ?? null,
+              }
+            : {}),
+        });
     },
     delete: async (id) => {
       cur();
@@ -316,6 +333,7 @@ export function makeTx(
       forCertificate: async (certId) =>
         many<DomainRec>(S.domains, 'SELECT * FROM domains WHERE certificate_id=? ORDER BY rowid', certId),
       insert: (rec) => insert(S.domains, rec),
+      delete: (fqdn) => del(S.domains, fqdn),
       deleteForGroup: async (groupId) => {
         cur();
         prep('DELETE FROM domains WHERE group_id=?').run(groupId);
