@@ -4,8 +4,10 @@
  * becomes running → the first request that reaches it; a new group with a
  * new name → its first request).
  */
+import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
-import { mkdtemp } from 'node:fs/promises';
+import { cp, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -112,17 +114,21 @@ export async function groupCreate(
 }
 
 /** Child: the HAProxy data plane routing HOST (one thread, like nginx's one worker). */
-export async function haproxyChild(msg: {
-  cert: string;
-  key: string;
-  backend: Ports;
-}): Promise<Ports & { routeMs: { median: number; max: number }; groupMs: { median: number; max: number } }> {
+export async function haproxyChild(msg: { cert: string; key: string; backend: Ports; snapshot: string }): Promise<
+  Ports & {
+    routeMs: { median: number; max: number };
+    groupMs: { median: number; max: number };
+    config: string;
+    pid: number;
+  }
+> {
   const table = new Map<string, Backend[]>([
     ['g', [{ instanceId: 'i1', host: '127.0.0.1', state: 'running' }]],
     ['t', [{ instanceId: 'i2', host: '127.0.0.1', state: 'running' }]],
   ]);
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'uh-bench-haproxy-'));
   const plane = new HaproxyDataPlane({
-    dataDir: await mkdtemp(path.join(tmpdir(), 'uh-bench-haproxy-')),
+    dataDir,
     listenHost: '127.0.0.1',
     portMap: () => 0,
     tls: { cert: msg.cert, key: msg.key },
@@ -140,8 +146,158 @@ export async function haproxyChild(msg: {
     benchRoute('g', 443, msg.backend.http, ['tls', 'http']),
     benchRoute('t', 8443, msg.backend.tcp, ['tls']),
   ];
+  await plane.setRoutes(routes);
+  // the configuration as the daemon renders it for these routes, servers included, for the variants
+  const config = await snapshot(path.join(dataDir, 'haproxy'), msg.snapshot);
   const routeMs = await routeChange(plane, table, routes, msg.backend.http);
   await plane.setRoutes(routes);
   const groupMs = await groupCreate(plane, table, routes, msg.backend.http);
-  return { http: plane.boundPort(80)!, tls: plane.boundPort(443)!, tcp: plane.boundPort(8443)!, routeMs, groupMs };
+  const pid = Number((await readFile(path.join(dataDir, 'haproxy', 'haproxy.pid'), 'utf8')).trim());
+  return {
+    http: plane.boundPort(80)!,
+    tls: plane.boundPort(443)!,
+    tcp: plane.boundPort(8443)!,
+    routeMs,
+    groupMs,
+    config,
+    pid,
+  };
+}
+
+/**
+ * Copies the rendered configuration with its maps and certificates to
+ * `to`; returns its text with paths pointing there and without the stats
+ * socket (the copies run as plain, separate HAProxy processes).
+ */
+async function snapshot(from: string, to: string): Promise<string> {
+  await cp(from, to, { recursive: true, filter: (src) => !/\.(sock|pid)$/.test(src) });
+  const text = await readFile(path.join(to, 'haproxy.cfg'), 'utf8');
+  return text
+    .split(from)
+    .join(to)
+    .split('\n')
+    .filter((l) => !/^\s*stats socket /.test(l))
+    .join('\n');
+}
+
+/** Ports of a HAProxy under test, in the order of the `bind` lines of its public frontends. */
+export interface StaticHaproxy {
+  proc: ChildProcess;
+  ports: Ports;
+}
+
+/**
+ * Runs `config` as its own HAProxy (foreground, no master), with each
+ * public frontend's `bind 127.0.0.1:<port>` moved to a fresh port:
+ * `p80`, `p443` and `p8443` answer as `http`, `tls` and `tcp`.
+ */
+export async function startStaticHaproxy(
+  dir: string,
+  name: string,
+  config: string,
+  run: (cmd: string, args: string[]) => [string, string[]] = (c, a) => [c, a],
+): Promise<StaticHaproxy> {
+  const ports = { http: await freePort(), tls: await freePort(), tcp: await freePort() };
+  const byFrontend: Record<string, number> = { p80: ports.http, p443: ports.tls, p8443: ports.tcp };
+  let frontend = '';
+  const text = config
+    .split('\n')
+    .map((l) => {
+      const f = /^frontend (\S+)/.exec(l);
+      if (f) frontend = f[1]!;
+      const port = byFrontend[frontend];
+      return port !== undefined ? l.replace(/^(\s*bind 127\.0\.0\.1:)\d+/, `$1${port}`) : l;
+    })
+    .join('\n');
+  const file = path.join(dir, `${name}.cfg`);
+  await writeFile(file, text);
+  // detached: a session (and so a scheduling group) of its own, like the gateway's HAProxy
+  const proc = spawn(...run('haproxy', ['-db', '-f', file]), {
+    stdio: ['ignore', 'ignore', 'inherit'],
+    detached: true,
+  });
+  for (let i = 0; i < 100; i++) {
+    if (await canConnect(ports.http)) return { proc, ports };
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  proc.kill();
+  throw new Error(`HAProxy '${name}' did not start (config ${file})`);
+}
+
+/**
+ * HAProxy's ceiling here: one thread, routing by Host (SNI for the TCP
+ * stream) to the same backend, and nothing else (no limits, rewrites,
+ * retries or fallbacks).
+ */
+export function minimalConfig(o: { pem: string; backend: Ports }): string {
+  return `global
+  nbthread 1
+defaults
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  timeout http-keep-alive 60s
+frontend p80
+  mode http
+  bind 127.0.0.1:0
+  use_backend web if { req.hdr(host) -m str ${HOST} }
+frontend p443
+  mode http
+  bind 127.0.0.1:0 ssl crt ${o.pem} alpn h2,http/1.1
+  use_backend web if { req.hdr(host) -m str ${HOST} }
+frontend p8443
+  mode tcp
+  bind 127.0.0.1:0 ssl crt ${o.pem}
+  use_backend stream if { ssl_fc_sni -m str ${HOST} }
+backend web
+  mode http
+  http-reuse safe
+  server s 127.0.0.1:${o.backend.http}
+backend stream
+  mode tcp
+  server s 127.0.0.1:${o.backend.tcp}
+`;
+}
+
+/**
+ * The rule groups of unihost's configuration that bench/gateway switches
+ * off one at a time, each as the lines that make it. A group that matches
+ * no line means the configuration changed under the bench: it says so.
+ */
+export const RULE_GROUPS: Record<string, RegExp> = {
+  '431 check': /status 431/,
+  retries: /^\s*(retries |option redispatch|retry-on |http-request disable-l7-retry)/,
+  'X-Forwarded-*': /x-forwarded-|^\s*option forwardfor/,
+  'activator fallback':
+    /^\s*use_backend uh_activator_\d+ if \{ var\(txn\.be\)|^\s*server uh_activator |x-unihost-port \d+ if /,
+};
+
+/** `config` without the lines of one rule group ('' removes none: the copy as rendered; 'all' every group). */
+export function withoutGroup(config: string, group: string): string {
+  if (group === '') return config;
+  if (group === 'all') return Object.keys(RULE_GROUPS).reduce(withoutGroup, config);
+  const re = RULE_GROUPS[group]!;
+  const lines = config.split('\n');
+  const kept = lines.filter((l) => !re.test(l));
+  if (kept.length === lines.length)
+    throw new Error(`bench/gateway: no line of '${group}' in the rendered configuration`);
+  return kept.join('\n');
+}
+
+export async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const p = (s.address() as net.AddressInfo).port;
+  await new Promise((r) => s.close(r));
+  return p;
+}
+
+export function canConnect(port: number): Promise<boolean> {
+  return new Promise((r) => {
+    const s = net.connect(port, '127.0.0.1', () => {
+      s.destroy();
+      r(true);
+    });
+    s.on('error', () => r(false));
+  });
 }

@@ -76,6 +76,7 @@ export const ConfigFileSchema = Obj({
     wake: Obj({ timeoutMs: Int(1), maxHeldPerGroup: Int(1) }),
     listen: Type.String(),
     portOffset: Type.Integer({ minimum: -1, maximum: 65535 }),
+    threads: Type.Integer({ minimum: 0, maximum: 64 }),
   }),
   acme: Obj({
     enabled: Type.Boolean(),

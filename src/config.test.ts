@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
 import { ConfigFileSchema } from './config-schema.js';
-import { DEFAULTS, loadConfig } from './config.js';
+import { DEFAULTS, gatewayThreads, loadConfig } from './config.js';
 
 /** Writes `content` as a config file and loads it. */
 function load(content: unknown, env: NodeJS.ProcessEnv = {}) {
@@ -57,4 +57,14 @@ test('UNIHOST_ROLE is checked like --role', () => {
     () => loadConfig({}, { UNIHOST_ROLE: 'api,db' }),
     /UNIHOST_ROLE: unknown role 'db' \(known: api, agent, gateway\)/,
   );
+});
+
+test('HAProxy threads: as configured, else 1 on up to 2 CPUs and a quarter of the CPUs above (1..16)', () => {
+  assert.equal(gatewayThreads(3, 2), 3);
+  assert.deepEqual(
+    [1, 2, 4, 8, 16, 64, 128].map((cpus) => gatewayThreads(0, cpus)),
+    [1, 1, 1, 2, 4, 16, 16],
+  );
+  assert.throws(() => load({ gateway: { threads: -1 } }), /gateway\.threads/);
+  assert.equal(load({ gateway: { threads: 2 } }).gateway.threads, 2);
 });

@@ -119,6 +119,21 @@ export interface GatewayConfig {
   listen: string;
   /** bound port = public port + offset (e.g. 8000 to run without root); -1 = any free port (tests) */
   portOffset: number;
+  /** HAProxy worker threads; 0 = chosen from the host's CPUs (gatewayThreads, docs/gateway.md) */
+  threads: number;
+}
+
+/**
+ * HAProxy's threads when the configuration leaves it to the host: one on a
+ * host of up to 2 CPUs (one thread serves tens of thousands of requests/s
+ * here, more than its instances answer; a second one on 2 CPUs only takes
+ * CPU from the guests and the daemon), otherwise a quarter of the CPUs
+ * (at least 1, at most 16): the rest is for the VMs the host exists to run.
+ */
+export function gatewayThreads(configured: number, cpus: number): number {
+  if (configured > 0) return configured;
+  if (cpus <= 2) return 1;
+  return Math.min(16, Math.max(1, Math.floor(cpus / 4)));
 }
 
 export interface NetworkConfig {
@@ -209,6 +224,7 @@ export const DEFAULTS: Config = {
     driver: 'haproxy',
     listen: '127.0.0.1',
     portOffset: 0,
+    threads: 0,
     wake: { timeoutMs: 10_000, maxHeldPerGroup: 1000 },
   },
   acme: {

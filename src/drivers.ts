@@ -1,4 +1,6 @@
 import type { Logger } from 'pino';
+import { availableParallelism } from 'node:os';
+import { gatewayThreads } from './config.js';
 import { HaproxyDataPlane } from './gateway/haproxy/plane.js';
 import { MemoryDataPlane } from './gateway/memory.js';
 import type { DataPlane, GatewayOptions } from './gateway/types.js';
@@ -51,7 +53,12 @@ const VOLUMES: Record<string, Build<VolumeDriver>> = {
 };
 
 const DATA_PLANES: Record<string, Build<(o: GatewayOptions) => DataPlane>> = {
-  haproxy: (s) => (o) => new HaproxyDataPlane({ ...o, dataDir: s.config.dataDir }),
+  haproxy: (s) => (o) =>
+    new HaproxyDataPlane({
+      ...o,
+      dataDir: s.config.dataDir,
+      threads: gatewayThreads(s.config.gateway.threads, availableParallelism()),
+    }),
   memory: (s) => (o) => new MemoryDataPlane(o, () => s.clock.now()),
 };
 

@@ -6,8 +6,14 @@ import type { Backend, Route } from '../types.js';
 import { listenLoopback } from './loopback.js';
 
 const ACME_PREFIX = '/.well-known/acme-challenge/';
-/** Set by HAProxy on the way to the activator: which public port the request came in on. */
-const PORT_HEADER = 'x-unihost-port';
+
+/**
+ * How a request reached the activator: `fallback`, a port's default backend
+ * (names not in its map, ACME HTTP-01, routes without HTTP); `backup`, the
+ * backup server of a group's backend that has no usable instance (HAProxy
+ * counted the request in the group's backend already).
+ */
+export type ActivatorPath = 'fallback' | 'backup';
 
 export interface ActivatorOptions {
   routes: () => Map<number, Map<string, Route>>;
@@ -20,39 +26,67 @@ export interface ActivatorOptions {
 }
 
 /**
- * What HAProxy cannot do itself, as a local HTTP backend on 127.0.0.1 it
+ * What HAProxy cannot do itself, as local HTTP backends on 127.0.0.1 it
  * routes to: ACME HTTP-01 answers, the texts for unknown names, and groups
  * without a usable instance. For those it asks `onNoBackend` (scale to zero
  * wakes an instance there); when that says one runs now, this request is
  * forwarded to it from here (later ones go through HAProxy, which got the
  * server in the meantime); otherwise a 503 with Retry-After.
+ *
+ * One listener per public port and path: the address HAProxy connects to
+ * says which port and path a request came by, so HAProxy adds no header and
+ * evaluates no rule for it on the way (the backup server is only used when
+ * the group has no usable instance).
  */
 export class Activator {
-  private readonly server: http.Server;
-  port = 0;
+  private readonly listeners = new Map<string, { server: http.Server; port: Promise<number> }>();
 
-  constructor(private readonly o: ActivatorOptions) {
-    this.server = http.createServer({ keepAliveTimeout: 5000 }, (req, res) => void this.onRequest(req, res));
-    this.server.on('upgrade', (req: IncomingMessage, s: net.Socket) => {
-      const status = 503;
-      s.end(
-        `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nRetry-After: ${RETRY_AFTER_S}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`,
+  constructor(private readonly o: ActivatorOptions) {}
+
+  /** The listener's port for requests of public port `publicPort` coming by `path`; opened on first use. */
+  portFor(publicPort: number, path: ActivatorPath): Promise<number> {
+    const key = `${publicPort}/${path}`;
+    let l = this.listeners.get(key);
+    if (!l) {
+      const server = http.createServer(
+        { keepAliveTimeout: 5000 },
+        (req, res) => void this.onRequest(req, res, publicPort, path),
       );
-    });
+      server.on('upgrade', (req: IncomingMessage, s: net.Socket) => {
+        const status = 503;
+        s.end(
+          `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nRetry-After: ${RETRY_AFTER_S}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`,
+        );
+      });
+      l = { server, port: listenLoopback(server) };
+      this.listeners.set(key, l);
+      l.port.catch(() => this.listeners.delete(key));
+    }
+    return l.port;
   }
 
-  async listen(): Promise<number> {
-    this.port = await listenLoopback(this.server);
-    return this.port;
+  /** Closes the listeners of public ports no longer published. */
+  keep(publicPorts: Set<number>): void {
+    for (const [key, l] of this.listeners) {
+      if (publicPorts.has(Number(key.split('/')[0]))) continue;
+      l.server.closeAllConnections();
+      l.server.close();
+      this.listeners.delete(key);
+    }
   }
 
   async close(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((r) => this.server.close(() => r()));
+    const all = [...this.listeners.values()];
+    this.listeners.clear();
+    await Promise.all(
+      all.map(async (l) => {
+        l.server.closeAllConnections();
+        await new Promise<void>((r) => l.server.close(() => r()));
+      }),
+    );
   }
 
-  private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const port = Number(req.headers[PORT_HEADER]);
+  private async onRequest(req: IncomingMessage, res: ServerResponse, port: number, path: ActivatorPath): Promise<void> {
     const host = normalizeHost(req.headers.host);
     const url = req.url ?? '/';
     if (this.o.acmeChallenge && host !== undefined && url.startsWith(ACME_PREFIX)) {
@@ -67,6 +101,7 @@ export class Activator {
     // bytes since the previous request on this (kept-alive) connection
     const sock = req.socket as net.Socket & { _uhIn?: number; _uhOut?: number };
     res.once('close', () => {
+      if (path === 'backup') return; // HAProxy counted it in the group's backend
       const inB = sock.bytesRead - (sock._uhIn ?? 0);
       const outB = sock.bytesWritten - (sock._uhOut ?? 0);
       sock._uhIn = sock.bytesRead;
@@ -85,7 +120,6 @@ export class Activator {
   /** Sends a woken group's first request to the instance that now runs. */
   private forward(req: IncomingMessage, res: ServerResponse, b: Backend, port: number): void {
     const headers = { ...req.headers };
-    delete headers[PORT_HEADER];
     const up = http.request({ host: b.host, port, method: req.method, path: req.url, headers }, (ur) => {
       res.writeHead(ur.statusCode ?? 502, ur.headers);
       ur.pipe(res);

@@ -9,8 +9,12 @@ export interface PlaneState {
   /** nbthread; undefined = HAProxy's default */
   threads?: number;
   limits: GatewayLimits;
-  /** the activator's port on 127.0.0.1 */
-  activatorPort: number;
+  /**
+   * public port -> the activator's listeners for it on 127.0.0.1: `fallback`
+   * behind the port's default backend, `backup` as the backup server of its
+   * HTTP backends (activator.ts)
+   */
+  activatorPorts: Map<number, { fallback: number; backup: number }>;
   /** TLS-ALPN-01: the names with a challenge and the port of the listener that answers them (acme-tls.ts) */
   acme: { port: number; names: string[] };
   /** public port -> bound port, its routes and its backends (slots.ts) */
@@ -81,13 +85,16 @@ function globalSection(s: PlaneState, f: PlaneFiles): string[] {
     `  stats socket ${f.admin} mode 600 level admin expose-fd listeners`,
     '  stats timeout 30s',
     ...(s.threads ? [`  nbthread ${s.threads}`] : []),
-    // Room for the largest accepted head plus HAProxy's rewrite reserve; larger heads get 431 below.
+    // Room for the largest accepted head plus HAProxy's rewrite reserve; larger heads get 431 below,
+    // up to twice the limit (beyond the buffer HAProxy itself answers 400). A buffer of 16 KiB instead
+    // measured 4-8 % more requests/s, too little to give up the 431 for heads just over the limit.
     `  tune.bufsize ${Math.max(16384, l.maxHeaderSize * 2 + 1024)}`,
     '  hard-stop-after 1h',
     '  log stderr format raw local0 err',
     '',
+    // No `log global` in defaults: a proxy with a logger builds a log line for every request even
+    // when the level filters it out (a tenth of the request rate); process messages still reach stderr.
     'defaults',
-    '  log global',
     `  timeout connect ${sec(l.connectTimeoutMs)}`,
     `  timeout queue ${sec(l.queueTimeoutMs)}`,
     `  timeout client ${sec(l.idleTimeoutMs)}`,
@@ -110,7 +117,7 @@ function globalSection(s: PlaneState, f: PlaneFiles): string[] {
  */
 const handshakeTimeout = (l: GatewayLimits): string[] => [`  timeout client ${sec(l.handshakeTimeoutMs)}`];
 
-function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, routes: Route[], slots: Slot[]): string[] {
+function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, routes: Route[]): string[] {
   const l = s.limits;
   const mode = frontendMode(routes);
   const tls = isTls(routes);
@@ -140,20 +147,21 @@ function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, rou
       // `req.hdrs` rebuilds the whole head, a fifth of the request rate: only for requests whose
       // buffered size (headers without ": " and CRLF, so a little less than the head) could exceed it
       `  http-request return status 431 content-type text/plain string "Request Header Fields Too Large" if { req.len gt ${Math.floor(l.maxHeaderSize / 2)} } { req.hdrs,length gt ${l.maxHeaderSize} }`,
-      '  http-request set-var(txn.host) req.hdr(host),field(1,:),lower',
     );
     if (tls) {
       out.push(
+        '  http-request set-var(txn.host) req.hdr(host),field(1,:),lower',
         '  http-request set-var(txn.sni) ssl_fc_sni,lower',
         '  acl host_same var(txn.host),strcmp(txn.sni) eq 0',
         '  http-request return status 421 content-type "text/plain; charset=utf-8" lf-string "unihost: this connection is for %[var(txn.sni)], not %[var(txn.host)]." if { var(txn.host) -m found } !host_same',
-        `  http-request set-var(txn.be) var(txn.sni),map(${f.map(port)})`,
+        // a name not in the map gets the activator (its text for unknown names)
+        `  use_backend %[var(txn.sni),map(${f.map(port)},${act})]`,
       );
     } else {
-      // ACME HTTP-01 before any routing or redirect (docs/certificates.md).
       out.push(
-        `  http-request set-var(txn.be) var(txn.host),map(${f.map(port)})`,
+        // ACME HTTP-01 before any routing or redirect (docs/certificates.md)
         `  use_backend ${act} if { path_beg /.well-known/acme-challenge/ }`,
+        `  use_backend %[req.hdr(host),field(1,:),lower,map(${f.map(port)},${act})]`,
       );
     }
   } else {
@@ -161,16 +169,12 @@ function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, rou
       '  tcp-request inspect-delay 5s',
       `  tcp-request content set-var(txn.be) ssl_fc_sni,lower,map(${f.map(port)})`,
       '  tcp-request content reject if !{ var(txn.be) -m found }',
+      '  use_backend %[var(txn.be)]',
     );
   }
-  // A group without a usable instance goes to the activator (HTTP: wake, redirect or 503; TCP: its
-  // backend's backup server, tcp-wake.ts). Rendered for every HTTP slot, spare ones too: the rules
-  // do not change when a slot is handed to another group.
-  for (const b of slots) {
-    if (b.flavor === 'tcp') continue;
-    out.push(`  use_backend ${act} if { var(txn.be) -m str ${b.name} } { nbsrv(${b.name}) eq 0 }`);
-  }
-  out.push('  use_backend %[var(txn.be)] if { var(txn.be) -m found }', `  default_backend ${act}`, '');
+  // A group without a usable instance reaches the activator through its backend's backup server
+  // (HTTP: wake, redirect or 503; TCP: tcp-wake.ts): no rule per request here.
+  out.push(`  default_backend ${act}`, '');
   return out;
 }
 
@@ -211,13 +215,14 @@ function acmeInspection(s: PlaneState, f: PlaneFiles, port: number, bound: numbe
   ];
 }
 
-function backend(s: PlaneState, slot: Slot): string[] {
+function backend(s: PlaneState, port: number, tls: boolean, slot: Slot): string[] {
   const http = slot.flavor !== 'tcp';
   const out = [`backend ${slot.name}`, `  mode ${http ? 'http' : 'tcp'}`, '  balance roundrobin'];
   if (slot.flavor === 'redirect') {
     out.push(
-      '  http-request redirect scheme https code 301 if METH_GET or METH_HEAD',
-      '  http-request redirect scheme https code 308',
+      // to port 443 by name, lower case, the port stripped (as a browser would type it); path and query kept
+      '  http-request redirect location https://%[req.hdr(host),field(1,:),lower]%[capture.req.uri] code 301 if METH_GET or METH_HEAD',
+      '  http-request redirect location https://%[req.hdr(host),field(1,:),lower]%[capture.req.uri] code 308',
       '',
     );
     return out;
@@ -225,24 +230,23 @@ function backend(s: PlaneState, slot: Slot): string[] {
   if (http) {
     out.push(
       '  http-reuse safe',
-      // a request that failed before any response goes to another
-      // instance, but only an idempotent one (RFC 9110 9.2.2)
+      // a connection refused or failed goes to another instance, whatever the method: nothing was sent.
+      // No L7 retries (`retry-on empty-response`): they copy every request into a buffer to replay it
+      // (a seventh of the request rate); a request that reached an instance and got no answer is a 502.
       '  retries 2',
       '  option redispatch 1',
-      '  retry-on conn-failure empty-response',
-      '  http-request disable-l7-retry unless METH_GET or METH_HEAD or METH_OPTIONS or METH_PUT or METH_DELETE or METH_TRACE',
-      '  http-request del-header x-forwarded-for',
-      '  http-request del-header x-forwarded-host',
-      '  option forwardfor',
-      '  http-request set-header x-forwarded-proto https if { ssl_fc }',
-      '  http-request set-header x-forwarded-proto http if !{ ssl_fc }',
-      '  http-request set-header x-forwarded-host %[req.hdr(host)] if { req.hdr(host) -m found }',
+      // the gateway is the edge: what the client sent is replaced (a request without Host was not routed here)
+      '  http-request set-header x-forwarded-for %[src]',
+      `  http-request set-header x-forwarded-proto ${tls ? 'https' : 'http'}`,
+      '  http-request set-header x-forwarded-host %[req.hdr(host)]',
     );
   }
   const r = slot.route;
   out.push(...hardLimit(r, http));
   const wake = s.wakePorts.get(slot.name);
   if (!http && wake) out.push(`  server uh_wake 127.0.0.1:${wake} backup`);
+  // used only while no instance is usable (none, or all draining): the activator wakes or explains
+  if (http) out.push(`  server uh_activator 127.0.0.1:${s.activatorPorts.get(port)!.backup} backup`);
   for (const b of r ? s.backends(r.groupId) : []) {
     if (b.state === 'other') continue;
     out.push(
@@ -273,7 +277,8 @@ function hardLimit(r: Route | undefined, http: boolean): string[] {
   const hard = r?.limits?.hard ?? null;
   if (hard === null) return [];
   const rule = http ? 'http-request' : 'tcp-request content';
-  const full = '{ be_conn,sub(txn.uh_cap) gt 0 }';
+  // with no usable instance the request goes to the backup (the activator), not refused
+  const full = '{ nbsrv gt 0 } { be_conn,sub(txn.uh_cap) gt 0 }';
   return [
     `  ${rule} set-var(txn.uh_cap) nbsrv,mul(${hard})`,
     http
@@ -286,10 +291,8 @@ function activator(s: PlaneState, port: number): string[] {
   return [
     `backend ${activatorName(port)}`,
     '  mode http',
-    '  http-request del-header x-unihost-port',
-    `  http-request set-header x-unihost-port ${port}`,
-    '  option forwardfor',
-    `  server activator 127.0.0.1:${s.activatorPort}`,
+    '  http-request set-header x-forwarded-for %[src]',
+    `  server activator 127.0.0.1:${s.activatorPorts.get(port)!.fallback}`,
     '',
   ];
 }
@@ -300,8 +303,8 @@ export function renderConfig(s: PlaneState, f: PlaneFiles): string {
   if (s.acme.names.length > 0)
     out.push('backend uh_acme_tls', '  mode tcp', `  server acme 127.0.0.1:${s.acme.port}`, '');
   for (const [port, { bound, routes, slots }] of [...s.ports].sort((a, b) => a[0] - b[0])) {
-    out.push(...frontend(s, f, port, bound, routes, slots), ...activator(s, port));
-    for (const slot of slots) out.push(...backend(s, slot));
+    out.push(...frontend(s, f, port, bound, routes), ...activator(s, port));
+    for (const slot of slots) out.push(...backend(s, port, isTls(routes), slot));
   }
   return `${out.join('\n')}\n`;
 }

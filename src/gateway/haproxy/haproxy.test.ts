@@ -167,6 +167,31 @@ describe('gateway on HAProxy', () => {
     assert.equal(await plane.workerPid(), before, 'no reload happened');
   });
 
+  test('a group whose instances all drain reaches the activator by its backend’s backup server: 503 with Retry-After, counted once', async () => {
+    const port = plane.boundPort(80)!;
+    const settled = async (): Promise<number> => {
+      // the counters of earlier requests arrive with the next stats polls (every 50 ms here)
+      await new Promise((res) => setTimeout(res, 300));
+      return plane.counters().groups.gA?.requests ?? 0;
+    };
+    const c0 = await settled();
+    await table.set('gA', a, 'draining');
+    await apply();
+    try {
+      const w0 = woken.length;
+      const r = await request(port, A, '/d');
+      assert.equal(r.status, 503);
+      assert.equal(r.headers['retry-after'], '5');
+      assert.match(r.body, /no instance of it is running/);
+      assert.deepEqual(woken.slice(w0), ['gA'], 'asked to wake the group once');
+      assert.equal(await settled(), c0 + 1, 'counted once, in the group’s backend');
+    } finally {
+      await table.set('gA', a);
+      await apply();
+    }
+    assert.equal((await request(port, A)).status, 200);
+  });
+
   test('groups come and go on a port without a reload (spare backends); a freed backend is reused last; a full pool grows once', async () => {
     const port = plane.boundPort(80)!;
     const n = await backendPair('http', 'N');

@@ -134,12 +134,13 @@ export class HaproxyDataPlane implements DataPlane {
     const slots = this.pool.assign(byPort);
     this.slots = slots;
     const wakePorts = await this.wakePorts(slots);
+    const activatorPorts = await this.activatorPorts([...byPort.keys()]);
     const state = (withServers: boolean) => ({
       wakePorts,
       listenHost: this.o.listenHost,
       threads: this.o.threads,
       limits: this.limits,
-      activatorPort: this.activator.port,
+      activatorPorts,
       acme: { port: this.acmeTls.port, names: this.acmeNames },
       ports: new Map(
         [...byPort].map(([p, rs]) => [p, { bound: this.bound.get(p)!, routes: rs, slots: slots.get(p)! }]),
@@ -212,6 +213,18 @@ export class HaproxyDataPlane implements DataPlane {
     return m;
   }
 
+  /** The activator's two listeners of every public port (activator.ts); those of ports gone are closed. */
+  private async activatorPorts(ports: number[]): Promise<Map<number, { fallback: number; backup: number }>> {
+    const m = new Map<number, { fallback: number; backup: number }>();
+    for (const p of ports)
+      m.set(p, {
+        fallback: await this.activator.portFor(p, 'fallback'),
+        backup: await this.activator.portFor(p, 'backup'),
+      });
+    this.activator.keep(new Set(ports));
+    return m;
+  }
+
   /** The backend serving a group's public port now (tests, logs). */
   backendOf(port: number, groupId: string): string | undefined {
     return this.pool.slotOf(port, groupId);
@@ -220,7 +233,6 @@ export class HaproxyDataPlane implements DataPlane {
   /** Writes the configuration and maps, checks them, and starts or reloads HAProxy. */
   private async load(config: string, maps: MapTable): Promise<void> {
     await mkdir(this.f.dir, { recursive: true, mode: 0o700 });
-    if (this.activator.port === 0) throw new Error('activator not listening');
     for (const [p, m] of maps) await writeFile(this.f.map(p), renderMap(m));
     await writeFile(this.f.config, config);
     await this.proc.check();
@@ -243,9 +255,8 @@ export class HaproxyDataPlane implements DataPlane {
     }).catch((e: Error) => this.o.log.error({ err: e.message }, 'gateway: haproxy re-sync failed'));
   }
 
-  /** Starts the activator and the stats poll; HAProxy itself starts with the first route table. */
+  /** Starts the ACME TLS listener and the stats poll; HAProxy and the activator's listeners start with the first route table. */
   async start(): Promise<void> {
-    await this.activator.listen();
     await this.acmeTls.listen();
     this.poll = setInterval(() => void this.readStats(), this.o.statsIntervalMs ?? 250);
     this.poll.unref();
