@@ -21,6 +21,17 @@ function alive(pid: number): boolean {
 }
 
 /**
+ * Whether `pid` is a HAProxy running `config` (its command line, from
+ * /proc): a pid file outlives its process, and the number may belong to
+ * any other process by now.
+ */
+export async function isHaproxyOf(pid: number, config: string): Promise<boolean> {
+  const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
+  const f = argv.indexOf('-f');
+  return /(^|\/)haproxy$/.test(argv[0] ?? '') && f > 0 && argv[f + 1] === config;
+}
+
+/**
  * One HAProxy in master-worker mode (`-W -S <master socket>`), started
  * detached so that it outlives a daemon crash: the next daemon adopts it
  * through its pid file and master socket instead of starting another.
@@ -67,13 +78,17 @@ export class HaproxyProcess {
   async start(): Promise<'adopted' | 'started'> {
     this.stopping = false;
     const pid = Number((await readFile(this.f.pid, 'utf8').catch(() => '')).trim().split('\n')[0]);
-    if (pid > 0 && alive(pid) && (await this.master.send('show proc').catch(() => '')).includes('master')) {
+    const ours = pid > 0 && alive(pid) && (await isHaproxyOf(pid, this.f.config));
+    if (ours && (await this.master.send('show proc').catch(() => '')).includes('master')) {
       this.masterPid = pid;
       this.log.info({ pid }, 'gateway: adopted the running haproxy');
       await this.reload();
       return 'adopted';
     }
-    if (pid > 0 && alive(pid)) process.kill(pid, 'SIGKILL'); // a pid file with no master socket: a stuck leftover
+    // a HAProxy of ours whose master socket does not answer: a stuck leftover. Any other process that has
+    // the pid now is left alone (the file is stale).
+    if (ours) process.kill(pid, 'SIGKILL');
+    else if (pid > 0) this.log.info({ pid }, 'gateway: a stale haproxy.pid names another process; ignored');
     // one we started earlier that never answered (its pid file may not exist yet): never leave two
     if (this.masterPid > 0 && alive(this.masterPid)) killGroup(this.masterPid);
     await rm(this.f.master, { force: true });
