@@ -46,6 +46,8 @@ export type PlaneFiles = ReturnType<typeof planeFiles>;
 const safe = (s: string): string => s.replace(/[^A-Za-z0-9_.:-]/g, '_');
 export const serverName = (instanceId: string): string => safe(instanceId);
 export const activatorName = (port: number): string => `uh_activator_${port}`;
+/** The backup server of every HTTP backend: the activator's `backup` listener of the port. */
+export const ACTIVATOR_SERVER = 'uh_activator';
 
 const isTls = (rs: Route[]): boolean => rs.some((r) => r.handlers.includes('tls'));
 const allHttp = (rs: Route[]): boolean => rs.every((r) => r.handlers.includes('http'));
@@ -246,7 +248,7 @@ function backend(s: PlaneState, port: number, tls: boolean, slot: Slot): string[
   const wake = s.wakePorts.get(slot.name);
   if (!http && wake) out.push(`  server uh_wake 127.0.0.1:${wake} backup`);
   // used only while no instance is usable (none, or all draining): the activator wakes or explains
-  if (http) out.push(`  server uh_activator 127.0.0.1:${s.activatorPorts.get(port)!.backup} backup`);
+  if (http) out.push(`  server ${ACTIVATOR_SERVER} 127.0.0.1:${s.activatorPorts.get(port)!.backup} backup`);
   for (const b of r ? s.backends(r.groupId) : []) {
     if (b.state === 'other') continue;
     out.push(

@@ -1,4 +1,5 @@
 import type { Counter, Counters } from '../types.js';
+import { ACTIVATOR_SERVER } from './config.js';
 import { parseStat } from './runtime.js';
 import type { ServerTable } from './servers.js';
 import type { Slot } from './slots.js';
@@ -23,8 +24,8 @@ interface Totals {
 
 /**
  * The `Counters` (types.ts), from HAProxy's `show stat`: requests
- * (`req_tot` for HTTP, sessions for TCP), bytes and current sessions per
- * group backend and per server. HAProxy starts from zero after a reload or
+ * (`req_tot` for HTTP, sessions for TCP) per instance's server, summed per
+ * group; bytes and current sessions per group backend and per server. HAProxy starts from zero after a reload or
  * restart; the totals here add what the previous process had counted so
  * they only grow. `lastActivity` moves when a total moved or sessions are
  * open, at the poll's resolution.
@@ -62,15 +63,20 @@ export class StatCounters {
       if (!groupId) continue;
       const t = this.totals(`${px}/${sv}`, r);
       if (sv === 'BACKEND') {
+        // bytes of everything the group's backend carried, the platform's own answers (its backup
+        // server, the activator) included; requests are counted from the instances' rows below:
+        // only requests routed to an instance count (docs/operations.md, metrics)
         const g = this.group(groupId);
         groupOpen.set(groupId, (groupOpen.get(groupId) ?? 0) + cur);
-        this.add(g, t, cur, now);
+        this.add(g, { ...t, delta: { ...t.delta, requests: 0 } }, cur, now);
         continue;
       }
+      if (sv === ACTIVATOR_SERVER) continue;
       const id = names.instance(px, sv);
       if (!id) continue;
       const i = this.instance(groupId, id);
       instOpen.set(id, (instOpen.get(id) ?? 0) + cur);
+      this.group(groupId).requests += t.delta.requests;
       if (this.add(i, t, cur, now)) this.hooks.onActivity?.(groupId, id);
     }
     for (const [id, g] of this.groups) g.openConnections = groupOpen.get(id) ?? 0;

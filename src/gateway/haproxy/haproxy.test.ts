@@ -167,12 +167,13 @@ describe('gateway on HAProxy', () => {
     assert.equal(await plane.workerPid(), before, 'no reload happened');
   });
 
-  test('a group whose instances all drain reaches the activator by its backend’s backup server: 503 with Retry-After, counted once', async () => {
+  test('a group whose instances all drain reaches the activator by its backend’s backup server: 503 with Retry-After; its bytes count for the group, not as a routed request', async () => {
     const port = plane.boundPort(80)!;
-    const settled = async (): Promise<number> => {
+    const settled = async () => {
       // the counters of earlier requests arrive with the next stats polls (every 50 ms here)
       await new Promise((res) => setTimeout(res, 300));
-      return plane.counters().groups.gA?.requests ?? 0;
+      const g = plane.counters().groups.gA;
+      return { requests: g?.requests ?? 0, bytesOut: g?.bytesOut ?? 0 };
     };
     const c0 = await settled();
     await table.set('gA', a, 'draining');
@@ -184,7 +185,9 @@ describe('gateway on HAProxy', () => {
       assert.equal(r.headers['retry-after'], '5');
       assert.match(r.body, /no instance of it is running/);
       assert.deepEqual(woken.slice(w0), ['gA'], 'asked to wake the group once');
-      assert.equal(await settled(), c0 + 1, 'counted once, in the group’s backend');
+      const c1 = await settled();
+      assert.equal(c1.requests, c0.requests, 'the platform’s own answer is not a request routed to the group');
+      assert.ok(c1.bytesOut > c0.bytesOut, 'its bytes count for the group');
     } finally {
       await table.set('gA', a);
       await apply();
