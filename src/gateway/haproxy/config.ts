@@ -237,10 +237,13 @@ function backend(s: PlaneState, port: number, tls: boolean, slot: Slot): string[
       // (a seventh of the request rate); a request that reached an instance and got no answer is a 502.
       '  retries 2',
       '  option redispatch 1',
-      // the gateway is the edge: what the client sent is replaced (a request without Host was not routed here)
+      // the gateway is the edge: what the client sent is replaced. On a plain port a request without Host
+      // was not routed here; on a TLS port (routed by SNI) an HTTP/1.0 one may come without it
       '  http-request set-header x-forwarded-for %[src]',
       `  http-request set-header x-forwarded-proto ${tls ? 'https' : 'http'}`,
-      '  http-request set-header x-forwarded-host %[req.hdr(host)]',
+      tls
+        ? '  http-request set-header x-forwarded-host %[req.hdr(host)] if { req.hdr(host) -m found }'
+        : '  http-request set-header x-forwarded-host %[req.hdr(host)]',
     );
   }
   const r = slot.route;
