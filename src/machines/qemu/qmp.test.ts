@@ -7,7 +7,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { JsonLineParser, QmpClient, QmpError } from './qmp.js';
+import { JsonLineParser, LineTooLong, QmpClient, QmpError } from './qmp.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'unihost-qmp-test-'));
 const children: ChildProcess[] = [];
@@ -202,6 +202,33 @@ describe('QMP framing with a fake server', () => {
     await assert.rejects(QmpClient.connect(join(dir, 'missing.sock'), 100), /QMP connect .*missing\.sock/);
     const { path } = await fakeServer('mute', () => {});
     await assert.rejects(QmpClient.connect(path, 200), /QMP handshake timed out/);
+  });
+
+  test('a peer that sends a line without end is cut off: pending commands reject naming why, memory stays bounded', async () => {
+    const { path } = await fakeServer('flood', async (s) => {
+      const cmds = commands(s);
+      s.write('{"QMP": {}}\n');
+      const caps = (await cmds.next()).value!;
+      s.write(`{"return": {}, "id": ${caps.id}}\n`);
+      await cmds.next();
+      // 64 KiB chunks, never a newline, well past the client's 256 KiB bound
+      const chunk = 'x'.repeat(64 * 1024);
+      for (let i = 0; i < 16 && !s.destroyed; i++) await new Promise((r) => s.write(chunk, r));
+      s.end(); // without the bound, the client would only see the close, not why
+    });
+    const qmp = await QmpClient.connect(path, 2000, 256 * 1024);
+    await assert.rejects(
+      qmp.execute('query-status'),
+      /query-status: connection closed \(a QMP message longer than 262144 characters without a newline\)/,
+    );
+    assert.equal(qmp.isClosed, true);
+  });
+
+  test('the line parser refuses a line past its bound and starts clean after it', () => {
+    const p = new JsonLineParser(16);
+    assert.deepEqual(p.push('{"a": 1}\n{"b":'), [{ a: 1 }]);
+    assert.throws(() => p.push(' "0123456789"'), LineTooLong);
+    assert.deepEqual(p.push('{"c": 2}\n'), [{ c: 2 }]);
   });
 
   test('the line parser handles every split point', () => {

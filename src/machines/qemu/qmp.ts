@@ -36,7 +36,15 @@ type Message = Record<string, unknown>;
 export class JsonLineParser {
   private buf = '';
 
-  /** Feeds a chunk; returns the complete messages it finished (malformed lines are skipped). */
+  /**
+   * `maxLine`: the longest line kept waiting for its newline (characters).
+   * QEMU's largest answers (query-qmp-schema) are a few hundred KiB; a peer
+   * that sends more without a newline is not QEMU speaking QMP, and must not
+   * grow the daemon's memory without end.
+   */
+  constructor(private readonly maxLine = 8 * 1024 * 1024) {}
+
+  /** Feeds a chunk; returns the complete messages it finished (malformed lines are skipped). Throws past `maxLine`. */
   push(chunk: string): Message[] {
     this.buf += chunk;
     const out: Message[] = [];
@@ -52,7 +60,18 @@ export class JsonLineParser {
         // QEMU never writes invalid JSON; skipping keeps one bad line from wedging the stream.
       }
     }
+    if (this.buf.length > this.maxLine) {
+      this.buf = '';
+      throw new LineTooLong(this.maxLine);
+    }
     return out;
+  }
+}
+
+/** A QMP peer sent a line longer than the parser keeps. */
+export class LineTooLong extends Error {
+  constructor(readonly maxLine: number) {
+    super(`a QMP message longer than ${maxLine} characters without a newline`);
   }
 }
 
@@ -65,13 +84,19 @@ const RETRYABLE = new Set(['ENOENT', 'ECONNREFUSED', 'EAGAIN']);
  */
 export class QmpClient extends EventEmitter {
   private readonly pending = new Map<number, Pending>();
-  private readonly parser = new JsonLineParser();
+  private readonly parser: JsonLineParser;
+  /** why the connection was closed from here, for the pending commands' errors */
+  private closeReason = '';
   private nextId = 1;
   private closed = false;
   private greeting: ((msg: Message) => void) | undefined;
 
-  private constructor(private readonly socket: Socket) {
+  private constructor(
+    private readonly socket: Socket,
+    maxLine?: number,
+  ) {
     super();
+    this.parser = new JsonLineParser(maxLine);
     socket.setEncoding('utf8');
     socket.on('data', (chunk: string) => this.onData(chunk));
     // An 'error' is always followed by 'close'; the listener only keeps it from throwing.
@@ -84,10 +109,10 @@ export class QmpClient extends EventEmitter {
    * QEMU starts), reads the greeting and negotiates capabilities. Call once
    * per QEMU; QEMU serves one QMP client per socket at a time.
    */
-  static async connect(path: string, timeoutMs = 5000): Promise<QmpClient> {
+  static async connect(path: string, timeoutMs = 5000, maxLine?: number): Promise<QmpClient> {
     const deadline = Date.now() + timeoutMs;
     const socket = await connectWithRetry(path, deadline);
-    return QmpClient.handshake(new QmpClient(socket), deadline);
+    return QmpClient.handshake(new QmpClient(socket, maxLine), deadline);
   }
 
   /** Greeting + `qmp_capabilities`, both bounded by the connect deadline (a hung QEMU must not hang us). */
@@ -144,7 +169,16 @@ export class QmpClient extends EventEmitter {
   }
 
   private onData(chunk: string): void {
-    for (const msg of this.parser.push(chunk)) this.dispatch(msg);
+    let msgs: Message[];
+    try {
+      msgs = this.parser.push(chunk);
+    } catch (e) {
+      // an endless line: the connection goes (pending commands reject with the reason, 'close' follows)
+      this.closeReason = (e as Error).message;
+      this.socket.destroy();
+      return;
+    }
+    for (const msg of msgs) this.dispatch(msg);
   }
 
   private dispatch(msg: Message): void {
@@ -172,7 +206,8 @@ export class QmpClient extends EventEmitter {
   private onClose(): void {
     if (this.closed) return;
     this.closed = true;
-    for (const p of this.pending.values()) p.reject(new Error(`QMP ${p.command}: connection closed`));
+    const why = this.closeReason ? ` (${this.closeReason})` : '';
+    for (const p of this.pending.values()) p.reject(new Error(`QMP ${p.command}: connection closed${why}`));
     this.pending.clear();
     this.emit('close');
   }
