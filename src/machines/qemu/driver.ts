@@ -215,10 +215,26 @@ export class QemuDriver implements MachineDriver {
     }
   }
 
-  /** Moves new console bytes into the bounded log and reads new control lines. */
+  /**
+   * Moves new console bytes into the bounded log and reads new control
+   * lines. Never throws (it runs from a file watcher and timers): a failure
+   * is logged and the next call tries again.
+   */
   private pump(vm: Vm): void {
+    try {
+      this.pumpOnce(vm);
+    } catch (e) {
+      this.o.log?.({ id: vm.id, err: (e as Error).message }, 'reading the console of a VM failed; trying again');
+    }
+  }
+
+  private pumpOnce(vm: Vm): void {
     const f = runtimeFiles(vm.dir);
-    const fresh = readFrom(f.serial, vm.serialOffset);
+    const { skipped, bytes: fresh } = readConsole(f.serial, vm.serialOffset);
+    if (skipped > 0) {
+      vm.console.append(Buffer.from(`\n[unihost: ${skipped} bytes of console output skipped]\n`));
+      vm.serialOffset += skipped;
+    }
     if (fresh.length > 0) {
       vm.console.append(fresh);
       vm.serialOffset += fresh.length;
@@ -352,6 +368,22 @@ function savedSerialPos(dir: string): number {
   } catch {
     return 0;
   }
+}
+
+/** The most console bytes one pump reads; a larger backlog is skipped to its last CONSOLE_TAIL bytes. */
+export const MAX_CONSOLE_READ = 4 * 1024 * 1024;
+export const CONSOLE_TAIL = 1024 * 1024;
+
+/**
+ * The console bytes of `path` after `offset`. A backlog larger than
+ * MAX_CONSOLE_READ (a guest that wrote while the daemon was down) is not
+ * read whole: all but its last CONSOLE_TAIL bytes are skipped (the bounded
+ * log would drop them at once), and `skipped` says how many.
+ */
+export function readConsole(path: string, offset: number): { skipped: number; bytes: Buffer } {
+  const size = existsSync(path) ? statSync(path).size : 0;
+  const skipped = size - offset > MAX_CONSOLE_READ ? size - offset - CONSOLE_TAIL : 0;
+  return { skipped, bytes: readFrom(path, offset + skipped) };
 }
 
 function readFrom(path: string, offset: number): Buffer {
