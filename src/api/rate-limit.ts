@@ -40,10 +40,12 @@ export interface AuthFailureOptions {
 
 /**
  * Failed authentications per client address: beyond `max` in a window
- * (counted from the first failure), every request from that address answers
- * 429 until the window ends, valid token or not, so guessing tokens is
- * throttled and a guess's answer tells nothing while blocked. Addresses are
- * kept in a bounded LRU, so a flood of addresses cannot grow memory.
+ * (counted from the first failure), a request from that address answers
+ * 429 until the window ends unless its token is one the daemon has already
+ * seen to be valid (its token cache): users behind one NAT with a guesser
+ * keep working, while a guess is not even looked at while blocked, so its
+ * answer tells nothing. Addresses are kept in a bounded LRU, so a flood of
+ * addresses cannot grow memory.
  */
 export class AuthFailureLimit {
   private readonly seen: LRUCache<string, { n: number; until: number }>;

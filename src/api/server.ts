@@ -274,15 +274,17 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
   // Callback style: a cached token costs no promise on the hot path.
   app.addHook('onRequest', (req, reply, done) => {
     req.t0 = process.hrtime.bigint();
-    const wait = failures?.blockedFor(req.ip) ?? 0;
-    if (wait > 0) {
-      void reply.header('retry-after', String(wait));
-      return void sendError(req, reply, authFailureError(req.ip, opts.authFailures!, wait));
-    }
+    // a token this daemon has already seen to be valid passes even from a blocked address (users behind
+    // one NAT with a guesser); any other token from a blocked address is not even looked at
     const hit = services.users.cachedUser(req.headers.authorization);
     if (hit) {
       req.user = hit;
       return done();
+    }
+    const wait = failures?.blockedFor(req.ip) ?? 0;
+    if (wait > 0) {
+      void reply.header('retry-after', String(wait));
+      return void sendError(req, reply, authFailureError(req.ip, opts.authFailures!, wait));
     }
     services.users.authenticate(req.headers.authorization).then((user) => {
       if (!user) {
