@@ -20,7 +20,7 @@ import { processStats } from '../stats.js';
 import { emptyControl } from '../stop-info.js';
 import { handoverOffset } from '../unikraft.js';
 import { ControlTail } from './control-tail.js';
-import { confinedCommand, jailArgv, jailRoot, makeCgroups, removeCgroups } from './jail.js';
+import { confinedCommand, jailArgv, jailRoot, makeCgroups, processUid, removeCgroups, vmUid } from './jail.js';
 import { alive, hostVms, killVm } from './procs.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
@@ -38,6 +38,8 @@ export interface QemuDriverOptions extends QemuOptions {
 
 interface Vm {
   id: string;
+  /** the uid QEMU runs as (confined VMs) */
+  uid?: number;
   dir: string;
   pid: number;
   contract: MachineSpec['contract'];
@@ -68,6 +70,8 @@ interface Vm {
 export class QemuDriver implements MachineDriver {
   readonly name = 'qemu';
   private readonly vms = new Map<string, Vm>();
+  /** the uid chosen for a VM being spawned, until it is tracked */
+  private readonly uids = new Map<string, number>();
 
   constructor(
     private readonly o: QemuDriverOptions,
@@ -114,7 +118,12 @@ export class QemuDriver implements MachineDriver {
     if (this.o.confine === false) return [this.o.qemu, ...argv];
     mkdirSync(jailRoot(spec.dir), { recursive: true });
     const cgroups = makeCgroups(spec.id, spec.memoryMb, this.o.log);
-    return confinedCommand(this.o.qemu, [...argv, ...jailArgv(spec.id, spec.dir)], spec.memoryMb, cgroups);
+    // a uid no live VM has (adopted ones included: their uid is read from /proc when tracked)
+    const taken = new Set<number>();
+    for (const vm of this.vms.values()) if (!vm.exited && vm.uid !== undefined) taken.add(vm.uid);
+    const uid = vmUid(spec.id, taken);
+    this.uids.set(spec.id, uid);
+    return confinedCommand(this.o.qemu, [...argv, ...jailArgv(spec.dir, uid)], spec.memoryMb, cgroups);
   }
 
   scan(instancesDir: string): { id: string; pid: number }[] {
@@ -173,6 +182,7 @@ export class QemuDriver implements MachineDriver {
               adopted,
             )
           : null,
+      uid: adopted ? processUid(pid) : this.uids.get(spec.id),
       seen: { init: false, ready: false },
       console: new ConsoleLog(this.o.logDir(spec.id)),
       bootConsole: '',
@@ -181,6 +191,7 @@ export class QemuDriver implements MachineDriver {
       resolveDone,
     };
     this.vms.set(spec.id, vm);
+    this.uids.delete(spec.id);
     try {
       vm.watcher = watch(spec.dir, () => this.pump(vm));
     } catch {

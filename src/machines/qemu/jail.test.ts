@@ -5,7 +5,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { confinedCommand, jailArgv, VM_UID_BASE, vmUid } from './jail.js';
+import { confinedCommand, jailArgv, processUid, VM_UID_BASE, vmUid } from './jail.js';
 
 test('the wrapper joins every cgroup with its own pid, applies the rlimits and execs the program with its args', () => {
   const d = mkdtempSync(join(tmpdir(), 'unihost-jail-'));
@@ -39,7 +39,27 @@ test('uids: per instance, stable, above every regular id', () => {
   assert.equal(a, VM_UID_BASE + 0x0a1b2c);
   assert.equal(vmUid('0a1b2c3d-0000-4000-8000-000000000000'), a);
   assert.notEqual(vmUid('ffffff3d-0000-4000-8000-000000000000'), a);
-  const argv = jailArgv('0a1b2c3d-0000-4000-8000-000000000000', '/d/i');
+  const argv = jailArgv('/d/i', a);
   assert.deepEqual(argv.slice(2), ['-runas', `${a}:${a}`, '-chroot', '/d/i/jail']);
   assert.match(argv[1]!, /^on,.*spawn=deny/);
+});
+
+test('uids never collide among live VMs: a taken one moves on to the next free, wrapping at the range end', () => {
+  // two instances whose uuids start alike (what made 24-bit hashes collide around 4,000 VMs)
+  const a = vmUid('0a1b2c3d-0000-4000-8000-000000000000');
+  const b = vmUid('0a1b2cff-1111-4000-8000-000000000000', new Set([a]));
+  assert.equal(b, a + 1);
+  assert.equal(vmUid('0a1b2c00-2222-4000-8000-000000000000', new Set([a, b])), a + 2);
+  const last = VM_UID_BASE + 0xffffff;
+  assert.equal(vmUid('ffffff00-0000-4000-8000-000000000000', new Set([last])), VM_UID_BASE);
+  // 5,000 VMs whose uuids all start alike still get 5,000 distinct uids
+  const taken = new Set<number>();
+  for (let i = 0; i < 5000; i++)
+    taken.add(vmUid(`0a1b2c${String(i).padStart(2, '0').slice(-2)}-0000-4000-8000-0`, taken));
+  assert.equal(taken.size, 5000);
+});
+
+test('processUid reads a running process’s uid from /proc; a gone one is undefined', () => {
+  assert.equal(processUid(process.pid), process.getuid!());
+  assert.equal(processUid(2 ** 22 + 12345), undefined);
 });

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /**
@@ -17,23 +17,41 @@ const AS_OVERHEAD_MB = 1536;
 /** Memory (RSS + page cache) QEMU may use above guest RAM (measured: RSS ~200 MB for 128 MB). */
 const MEM_OVERHEAD_MB = 512;
 
+/** How many uids VMs use above VM_UID_BASE (2^24). */
+const VM_UIDS = 0x1000000;
+
 /**
- * A uid per instance, derived from its uuid (24 random bits of a v4 uuid):
- * VMs do not share a uid, so one compromised QEMU cannot signal, ptrace or
- * read the memory of another. Two instances share one with probability
- * ~n²/2²⁵ (n live VMs); that weakens isolation between those two only.
+ * A uid per VM: VMs do not share a uid, so one compromised QEMU cannot
+ * signal, ptrace or read the memory of another. It starts from 24 random
+ * bits of the instance's v4 uuid (the same instance usually gets the same
+ * uid) and moves on to the next free one when a live VM has it (`taken`),
+ * so two live VMs never share one, however many run.
  */
-export function vmUid(id: string): number {
+export function vmUid(id: string, taken: ReadonlySet<number> = new Set()): number {
   const n = parseInt(id.replace(/-/g, '').slice(0, 6), 16);
-  return VM_UID_BASE + (Number.isFinite(n) ? n : 0);
+  const start = Number.isFinite(n) ? n : 0;
+  for (let i = 0; i < VM_UIDS; i++) {
+    const uid = VM_UID_BASE + ((start + i) % VM_UIDS);
+    if (!taken.has(uid)) return uid;
+  }
+  throw new Error('no free VM uid');
+}
+
+/** The uid a running process runs as (its real uid, from /proc), or undefined when it is gone. */
+export function processUid(pid: number): number | undefined {
+  try {
+    const m = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The empty directory QEMU chroots into. */
 export const jailRoot = (dir: string): string => join(dir, 'jail');
 
 /** QEMU options of the confinement (QEMU 7.2). */
-export function jailArgv(id: string, dir: string): string[] {
-  const uid = vmUid(id);
+export function jailArgv(dir: string, uid: number): string[] {
   return [
     // elevateprivileges must stay `allow`: QEMU 7.2 loads the filter before it drops to -runas, so
     // `deny` kills it at its own setuid (SIGSYS). Once it is an unprivileged uid under no_new_privs,
