@@ -4,7 +4,7 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import { Resolver } from 'node:dns/promises';
 import * as packet from 'dns-packet';
-import { InternalDns } from './dns.js';
+import { InternalDns, MAX_TCP_PER_CLIENT, MAX_TCP_PIPELINE } from './dns.js';
 
 // Two "users": instances asking from 127.0.0.2 belong to alice, from
 // 127.0.0.3 to bob (the whole 127/8 is local, so a client can pick its source).
@@ -157,5 +157,52 @@ describe('InternalDns', () => {
     );
     assert.equal(b!.id, 2);
     assert.equal(rcode(b!), 'REFUSED');
+  });
+
+  test('TCP connections are capped per client address; others still connect; a closed one frees its place', async () => {
+    const open = (from: string) =>
+      new Promise<net.Socket>((resolve, reject) => {
+        const s = net.connect({ port, host: '127.0.0.1', localAddress: from }, () => resolve(s));
+        s.once('error', reject);
+      });
+    /** true when the server closed the connection (within 500 ms) */
+    const closedByServer = (s: net.Socket) =>
+      new Promise<boolean>((resolve) => {
+        const t = setTimeout(() => resolve(false), 500);
+        s.once('close', () => (clearTimeout(t), resolve(true)));
+        s.resume();
+      });
+    const held = await Promise.all(Array.from({ length: MAX_TCP_PER_CLIENT }, () => open('127.0.0.2')));
+    try {
+      const extra = await open('127.0.0.2');
+      assert.equal(await closedByServer(extra), true, 'one over the per-address cap is closed');
+      const bob = await open('127.0.0.3');
+      assert.equal(await closedByServer(bob), false, 'another address is served');
+      bob.destroy();
+      held.pop()!.destroy();
+      await new Promise((r) => setTimeout(r, 50));
+      const again = await open('127.0.0.2');
+      assert.equal(await closedByServer(again), false, 'a place freed is taken again');
+      again.destroy();
+    } finally {
+      for (const s of held) s.destroy();
+    }
+  });
+
+  test('a TCP client that pipelines queries without reading the answers is cut off', async () => {
+    const sock = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.2' });
+    await new Promise((r) => sock.once('connect', r));
+    const closed = new Promise((r) => sock.once('close', r));
+    sock.on('error', () => undefined);
+    sock.pause(); // never reads its answers
+    const q = packet.streamEncode({ type: 'query', id: 7, questions: [{ type: 'A', name: 'web.internal' }] });
+    sock.write(Buffer.concat(Array.from({ length: MAX_TCP_PIPELINE * 4 }, () => q)));
+    // at once, not at the 10 s idle timeout
+    const why = await Promise.race([
+      closed.then(() => 'closed'),
+      new Promise((r) => setTimeout(() => r('open'), 2000)),
+    ]);
+    sock.destroy();
+    assert.equal(why, 'closed');
   });
 });

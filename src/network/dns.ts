@@ -28,6 +28,11 @@ const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4, REF
 /** TTL 0: answers must not outlive the instance they name. */
 const TTL = 0;
 const MAX_TCP_MESSAGE = 4096;
+/** TCP connections at once from one address (a guest), and in all: past either a new one is closed at once. */
+export const MAX_TCP_PER_CLIENT = 16;
+export const MAX_TCP_CONNECTIONS = 256;
+/** Queries one TCP connection may have waiting for their answers; past it the connection is closed. */
+export const MAX_TCP_PIPELINE = 32;
 
 /**
  * The `.internal` DNS server. Authoritative for the zone only: it never
@@ -38,6 +43,7 @@ export class InternalDns {
   private udp?: dgram.Socket;
   private tcpServer?: net.Server;
   private readonly sockets = new Set<net.Socket>();
+  private readonly perClient = new Map<string, number>();
   private readonly zone: string;
 
   constructor(private readonly opts: InternalDnsOptions) {
@@ -109,13 +115,21 @@ export class InternalDns {
 
   /** DNS over TCP: 2-byte length prefix per message (RFC 1035 4.2.2). */
   private serveTcp(sock: net.Socket): void {
+    const client = (sock.remoteAddress ?? '').replace(/^::ffff:/, '');
+    const mine = this.perClient.get(client) ?? 0;
+    if (mine >= MAX_TCP_PER_CLIENT || this.sockets.size >= MAX_TCP_CONNECTIONS) return void sock.destroy();
+    this.perClient.set(client, mine + 1);
     this.sockets.add(sock);
     sock.setTimeout(10_000, () => sock.destroy());
-    sock.on('close', () => this.sockets.delete(sock));
+    sock.on('close', () => {
+      this.sockets.delete(sock);
+      const n = (this.perClient.get(client) ?? 1) - 1;
+      if (n > 0) this.perClient.set(client, n);
+      else this.perClient.delete(client);
+    });
     sock.on('error', () => sock.destroy());
     let buf = Buffer.alloc(0);
     const inOrder = pLimit(1);
-    const client = (sock.remoteAddress ?? '').replace(/^::ffff:/, '');
     sock.on('data', (d: Buffer) => {
       buf = Buffer.concat([buf, d]);
       while (buf.length >= 2) {
@@ -124,6 +138,8 @@ export class InternalDns {
         if (buf.length < 2 + len) break;
         const msg = buf.subarray(2, 2 + len);
         buf = buf.subarray(2 + len);
+        // a client that pipelines faster than it reads its answers is cut off, not queued without end
+        if (inOrder.pendingCount >= MAX_TCP_PIPELINE) return void sock.destroy();
         // in order: answers go back in the order the queries came
         void inOrder(async () => {
           const r = await this.answer(msg, client);
