@@ -101,6 +101,7 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
         metrics,
         rateLimit: config.rateLimit,
         authFailures: config.authFailures,
+        eventStreamsPerUser: config.eventStreams.perUser,
         https,
       });
       const { host, port } = splitListen(config.listen);

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { ServerResponse } from 'node:http';
 import { err } from '../errors.js';
 import { findGroup } from '../services/groups.js';
 import type { Services } from '../services/index.js';
@@ -24,6 +25,19 @@ function view(e: EventRec): Record<string, unknown> {
   if (e.from_state) out.from_state = e.from_state;
   if (e.to_state) out.to_state = e.to_state;
   return out;
+}
+
+/** Resolves when `w` has taken what was written (or closed). */
+function drained(w: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      w.off('drain', done);
+      w.off('close', done);
+      resolve();
+    };
+    w.once('drain', done);
+    w.once('close', done);
+  });
 }
 
 /** Where to resume: `Last-Event-ID` (a reconnecting EventSource) wins over `from`; else only new events. */
@@ -58,7 +72,9 @@ async function filterOf(q: Record<string, string>, user: UserRec, services: Serv
  * event's SSE id is its log id, so a client that reconnects with
  * `Last-Event-ID` (or `from`) gets every later event once.
  */
-export function serveEvents(app: FastifyInstance, services: Services): void {
+export function serveEvents(app: FastifyInstance, services: Services, perUser: number): void {
+  /** open streams per user id */
+  const streams = new Map<string, number>();
   // Open streams never end by themselves: closing the daemon ends them, or close would wait forever.
   const open = new Set<() => void>();
   app.addHook('preClose', (done) => {
@@ -70,6 +86,13 @@ export function serveEvents(app: FastifyInstance, services: Services): void {
     const q = req.query as Record<string, string>;
     const filter = await filterOf(q, user, services);
     let last = await startId(req, q, services);
+    const mine = streams.get(user.id) ?? 0;
+    if (mine >= perUser)
+      throw err(
+        'UH_TOO_MANY',
+        `too many event streams: this user has ${mine} open (at most ${perUser}); close one, or follow several instances with one stream`,
+      );
+    streams.set(user.id, mine + 1);
 
     reply.hijack();
     const res = reply.raw;
@@ -99,7 +122,11 @@ export function serveEvents(app: FastifyInstance, services: Services): void {
           for (;;) {
             const batch = await services.store.read((tx) => tx.events.after(user.id, last, filter, PAGE));
             if (closed) return;
-            for (const e of batch) res.write(`id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(view(e))}\n\n`);
+            let full = false;
+            for (const e of batch)
+              full = !res.write(`id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(view(e))}\n\n`) || full;
+            // back-pressure: a slow reader is not sent the next page until it has taken this one
+            if (full && !closed) await drained(res);
             if (batch.length > 0) last = batch[batch.length - 1]!.id;
             if (batch.length < PAGE) break;
           }
@@ -126,6 +153,9 @@ export function serveEvents(app: FastifyInstance, services: Services): void {
     open.add(end);
     res.on('close', () => {
       closed = true;
+      const n = (streams.get(user.id) ?? 1) - 1;
+      if (n > 0) streams.set(user.id, n);
+      else streams.delete(user.id);
       open.delete(end);
       off();
       clearInterval(heartbeat);

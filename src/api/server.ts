@@ -38,6 +38,8 @@ export interface ApiOptions {
   rateLimit?: RateLimitOptions;
   /** failed authentications per client address (docs/security.md) */
   authFailures?: AuthFailureOptions;
+  /** open `GET /v1/events` streams per user (default 8) */
+  eventStreamsPerUser?: number;
   /** serve HTTPS with this certificate chain and key (PEM) */
   https?: { cert: string | Buffer; key: string | Buffer };
 }
@@ -297,7 +299,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
   });
 
   if (opts.metrics) serveMetrics(app, opts.metrics);
-  serveEvents(app, services);
+  serveEvents(app, services, opts.eventStreamsPerUser ?? 8);
 
   app.setErrorHandler((e: Error & { code?: string; statusCode?: number }, req, reply) => {
     if (isUnihostError(e)) return sendError(req, reply, e);

@@ -182,4 +182,32 @@ describe('GET /v1/events', () => {
     assert.match(r.body.message, /nope/);
     assert.equal((await h.call('GET', '/v1/events', null)).status, 401);
   });
+
+  test('a user holds at most 8 streams: the ninth is 429 in words; other users are not counted; a closed one frees its place', async () => {
+    const carol = await h.user('carol');
+    const held = await Promise.all(Array.from({ length: 8 }, () => open(carol)));
+    try {
+      assert.deepEqual(
+        held.map((x) => x.status),
+        Array(8).fill(200),
+      );
+      const r = await h.call('GET', '/v1/events', carol);
+      assert.equal(r.status, 429, r.text);
+      assert.match(r.body.message, /too many event streams: this user has 8 open \(at most 8\)/);
+      const other = await open(bob);
+      assert.equal(other.status, 200);
+      other.close();
+      held.pop()!.close();
+      const deadline = Date.now() + 5000;
+      let again = await open(carol);
+      while (again.status !== 200 && Date.now() < deadline) {
+        await new Promise((res) => setTimeout(res, 50));
+        again = await open(carol);
+      }
+      assert.equal(again.status, 200, 'the closed stream’s place is taken again');
+      again.close();
+    } finally {
+      for (const x of held) x.close();
+    }
+  });
 });
