@@ -46,6 +46,8 @@ export type PlaneFiles = ReturnType<typeof planeFiles>;
 const safe = (s: string): string => s.replace(/[^A-Za-z0-9_.:-]/g, '_');
 export const serverName = (instanceId: string): string => safe(instanceId);
 export const activatorName = (port: number): string => `uh_activator_${port}`;
+/** The backend that answers names not published on a port (HAProxy itself: no Node on the way). */
+export const unknownName = (port: number): string => `uh_unknown_${port}`;
 /** The backup server of every HTTP backend: the activator's `backup` listener of the port. */
 export const ACTIVATOR_SERVER = 'uh_activator';
 
@@ -71,7 +73,11 @@ export function mapEntries(
   const tls = isTls(routes);
   for (const r of routes) {
     if (tls !== r.handlers.includes('tls')) continue; // disagreeing routes are unreachable
-    if (!tls && !r.handlers.includes('http')) continue; // the activator explains these
+    if (!tls && !r.handlers.includes('http')) {
+      // a name whose group does not speak HTTP here: the activator says so
+      for (const f of r.fqdns) m.set(f, activatorName(port));
+      continue;
+    }
     const be = slotOf(port, r.groupId);
     if (be) for (const f of r.fqdns) m.set(f, be);
   }
@@ -156,14 +162,14 @@ function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, rou
         '  http-request set-var(txn.sni) ssl_fc_sni,lower',
         '  acl host_same var(txn.host),strcmp(txn.sni) eq 0',
         '  http-request return status 421 content-type "text/plain; charset=utf-8" lf-string "unihost: this connection is for %[var(txn.sni)], not %[var(txn.host)]." if { var(txn.host) -m found } !host_same',
-        // a name not in the map gets the activator (its text for unknown names)
-        `  use_backend %[var(txn.sni),map(${f.map(port)},${act})]`,
+        // a name not in the map gets HAProxy's own 404 text
+        `  use_backend %[var(txn.sni),map(${f.map(port)},${unknownName(port)})]`,
       );
     } else {
       out.push(
         // ACME HTTP-01 before any routing or redirect (docs/certificates.md)
         `  use_backend ${act} if { path_beg /.well-known/acme-challenge/ }`,
-        `  use_backend %[req.hdr(host),field(1,:),lower,map(${f.map(port)},${act})]`,
+        `  use_backend %[req.hdr(host),field(1,:),lower,map(${f.map(port)},${unknownName(port)})]`,
       );
     }
   } else {
@@ -176,8 +182,24 @@ function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, rou
   }
   // A group without a usable instance reaches the activator through its backend's backup server
   // (HTTP: wake, redirect or 503; TCP: tcp-wake.ts): no rule per request here.
-  out.push(`  default_backend ${act}`, '');
+  out.push(`  default_backend ${mode === 'http' ? unknownName(port) : act}`, '');
   return out;
+}
+
+/**
+ * Names not published on a port: a 404 text from HAProxy itself, so a flood
+ * of unknown Host headers never reaches the Node activator (the daemon's
+ * event loop).
+ */
+function unknown(port: number): string[] {
+  const text = (where: string) => `unihost: no service is published at ${where} on port ${port}.`;
+  return [
+    `backend ${unknownName(port)}`,
+    '  mode http',
+    `  http-request return status 404 content-type "text/plain; charset=utf-8" lf-string "${text('%[req.hdr(host),field(1,:),lower]')}" if { req.hdr(host) -m found }`,
+    `  http-request return status 404 content-type "text/plain; charset=utf-8" string "${text('this address')}"`,
+    '',
+  ];
 }
 
 /** Connection limits on the frontend that accepts the client's connection (its own address). */
@@ -309,6 +331,7 @@ export function renderConfig(s: PlaneState, f: PlaneFiles): string {
     out.push('backend uh_acme_tls', '  mode tcp', `  server acme 127.0.0.1:${s.acme.port}`, '');
   for (const [port, { bound, routes, slots }] of [...s.ports].sort((a, b) => a[0] - b[0])) {
     out.push(...frontend(s, f, port, bound, routes), ...activator(s, port));
+    if (frontendMode(routes) === 'http') out.push(...unknown(port));
     for (const slot of slots) out.push(...backend(s, port, isTls(routes), slot));
   }
   return `${out.join('\n')}\n`;

@@ -316,6 +316,14 @@ describe('gateway on HAProxy', () => {
     }
     assert.ok(ok, 'serving again');
   });
+
+  // last: it closes the activator
+  test('names not published are answered by HAProxy itself: the activator is not on their way', async () => {
+    await (plane as unknown as { activator: { close(): Promise<void> } }).activator.close();
+    const r = await request(plane.boundPort(80)!, 'nobody-yyyy.unihost.test', '/x');
+    assert.equal(r.status, 404);
+    assert.match(r.body, /^unihost: no service is published at nobody-yyyy\.unihost\.test on port 80\.$/);
+  });
 });
 
 describe('gateway on HAProxy: daemon restart', () => {
