@@ -4,7 +4,7 @@
  * the change feed.
  */
 import { err } from '../errors.js';
-import type { ChangeKind } from './types.js';
+import type { ChangeKind, EventRec, InstanceState, StatusPatch } from './types.js';
 
 export type Row = Record<string, unknown>;
 
@@ -59,4 +59,25 @@ export function pick(obj: Row, keys: readonly string[]): Row {
   const out: Row = {};
   for (const k of keys) if (k in obj) out[k] = obj[k];
   return out;
+}
+
+/**
+ * The event of a state change from `from` to `to` with the status `patch`
+ * that goes with it: a stop's fields (reason, exit code, stop code) are part
+ * of the event that records the stop (instance history). Both stores' setState.
+ */
+export function stateEvent(from: InstanceState, to: InstanceState, patch: StatusPatch): Partial<EventRec> {
+  const ended = to === 'stopped' || to === 'standby';
+  return {
+    type: 'state',
+    from_state: from,
+    to_state: to,
+    ...(ended
+      ? {
+          stop_reason: patch.stop_reason ?? null,
+          exit_code: patch.exit_code ?? null,
+          stop_code: patch.stop_code ?? null,
+        }
+      : {}),
+  };
 }

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { err } from '../../errors.js';
-import { cols, INSTANCE_JSON, pick, SPECS, type Row, type TableSpec } from '../tables.js';
+import { cols, INSTANCE_JSON, pick, SPECS, stateEvent, type Row, type TableSpec } from '../tables.js';
 import {
   SPEC_FIELDS,
   STATUS_FIELDS,
@@ -221,21 +221,7 @@ export function makeTx(
       if (i.state !== from) throw err('UH_CONFLICT', `instance '${i.name}' is ${i.state}, not ${from}`);
       updateRow(S.status, id, { ...patch, state: to });
       write(S.instances, id);
-      // a stop's fields go with the event that records it (instance history)
-      const ended = to === 'stopped' || to === 'standby';
-      if (from !== to)
-        event(i, {
-          type: 'state',
-          from_state: from,
-          to_state: to,
-          ...(ended
-            ? {
-                stop_reason: patch.stop_reason ?? null,
-                exit_code: patch.exit_code ?? null,
-                stop_code: patch.stop_code ?? null,
-              }
-            : {}),
-        });
+      if (from !== to) event(i, stateEvent(from, to, patch));
     },
     delete: async (id) => {
       cur();
