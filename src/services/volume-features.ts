@@ -95,6 +95,48 @@ export interface CloneIn {
 }
 
 /**
+ * Admits a new volume (quota, a name not taken) and inserts it,
+ * `initializing`: the volume controller then formats it, or copies its
+ * source. Creates and clones alike.
+ */
+export async function insertVolume(
+  deps: ServiceBase,
+  tx: Tx,
+  user: UserRec,
+  o: {
+    name?: string;
+    size_mb: number;
+    persistent: boolean;
+    tags?: string[];
+    used_mb?: number | null;
+    source_id?: string | null;
+  },
+): Promise<VolumeRec> {
+  await assertQuota(tx, deps.config, user, { volumes: 1, total_volume_mb: o.size_mb });
+  const name = o.name ?? volumeDefaultName();
+  if (await tx.volumes.getByName(user.id, name)) throw err('UH_EXISTS', `a volume named '${name}' already exists`);
+  const v: VolumeRec = {
+    id: randomUUID(),
+    user_id: user.id,
+    name,
+    created_at: new Date(deps.clock.now()).toISOString(),
+    size_mb: o.size_mb,
+    state: 'initializing',
+    persistent: o.persistent,
+    instance_id: null,
+    at: null,
+    readonly: false,
+    message: null,
+    tags: o.tags ?? [],
+    delete_lock: false,
+    used_mb: o.used_mb ?? null,
+    source_id: o.source_id ?? null,
+  };
+  await tx.volumes.insert(v);
+  return v;
+}
+
+/**
  * A new volume whose image is a copy of `source`'s (a volume or a template):
  * the controller copies the file (copy-on-write where the file system can,
  * docs/volumes.md). A source that is not a template is `busy` meanwhile.
@@ -116,27 +158,14 @@ export async function cloneInTx(
       (c) => c.source_id === source.id && (c.state === 'initializing' || c.state === 'uninitialized'),
     );
   if (source.state !== 'template' && !copying) await assertNotInUse(tx, user, source, 'a clone');
-  await assertQuota(tx, deps.config, user, { volumes: 1, total_volume_mb: source.size_mb });
-  const name = p.vol_name ?? volumeDefaultName();
-  if (await tx.volumes.getByName(user.id, name)) throw err('UH_EXISTS', `a volume named '${name}' already exists`);
-  const v: VolumeRec = {
-    id: randomUUID(),
-    user_id: user.id,
-    name,
-    created_at: new Date(deps.clock.now()).toISOString(),
+  const v = await insertVolume(deps, tx, user, {
+    name: p.vol_name,
     size_mb: source.size_mb,
-    state: 'initializing',
     persistent,
-    instance_id: null,
-    at: null,
-    readonly: false,
-    message: null,
-    tags: p.tags ?? [],
-    delete_lock: false,
+    tags: p.tags,
     used_mb: source.used_mb,
     source_id: source.id,
-  };
-  await tx.volumes.insert(v);
+  });
   if (source.state !== 'template') await tx.volumes.update(source.id, { state: 'busy' });
   return v;
 }

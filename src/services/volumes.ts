@@ -1,14 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import type { Target } from '../domain/refs.js';
-import { volumeDefaultName } from '../domain/names.js';
 import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
 import type { InstanceRec, Tx, UserRec, VolumeRec, VolumeState } from '../store/types.js';
 import type { ServiceBase } from './deps.js';
 import { checkMountPath } from '../domain/mount-path.js';
 import { findInstance, findVolume } from './lookup.js';
-import { assertQuota, effectiveQuotas } from './users.js';
-import { clone, cloneInTx, makeTemplate, updateVolume, type CloneIn } from './volume-features.js';
+import { effectiveQuotas } from './users.js';
+import { clone, cloneInTx, insertVolume, makeTemplate, updateVolume, type CloneIn } from './volume-features.js';
 import type { UpdateIn } from '../domain/updates.js';
 
 export { findVolume };
@@ -53,28 +51,7 @@ export class VolumeService {
         `size_mb ${p.size_mb} is outside the account limits [${limits.min_volume_mb}, ${limits.max_volume_mb}]`,
       );
     }
-    await assertQuota(tx, this.deps.config, user, { volumes: 1, total_volume_mb: p.size_mb });
-    const name = p.name ?? volumeDefaultName();
-    if (await tx.volumes.getByName(user.id, name)) throw err('UH_EXISTS', `a volume named '${name}' already exists`);
-    const v: VolumeRec = {
-      id: randomUUID(),
-      user_id: user.id,
-      name,
-      created_at: new Date(this.deps.clock.now()).toISOString(),
-      size_mb: p.size_mb,
-      state: 'initializing',
-      persistent,
-      instance_id: null,
-      at: null,
-      readonly: false,
-      message: null,
-      tags: [],
-      delete_lock: false,
-      used_mb: null,
-      source_id: null,
-    };
-    await tx.volumes.insert(v);
-    return v;
+    return insertVolume(this.deps, tx, user, { name: p.name, size_mb: p.size_mb, persistent });
   }
 
   async resolveInTx(tx: Tx, user: UserRec, t: { uuid?: string; name?: string }): Promise<VolumeRec> {
