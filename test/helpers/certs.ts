@@ -40,6 +40,16 @@ export async function testCa(name = 'CN=unihost test CA'): Promise<TestCa> {
   return { cert, keys, pem: cert.toString('pem') };
 }
 
+/**
+ * A positive 8-byte serial with no leading zero byte: DER drops a leading 00 and Node prints the
+ * rest, so a random first byte of 0 (1 in 256) made a served serial differ from the one generated.
+ */
+function randomSerial(): string {
+  const b = webcrypto.getRandomValues(new Uint8Array(8));
+  b[0] = 0x10 + (b[0]! % 0x70);
+  return Buffer.from(b).toString('hex');
+}
+
 /** A leaf for `names` (first is the CN) signed by `ca`; `from`/`to` in days relative to now. */
 export async function testLeaf(
   ca: TestCa,
@@ -47,7 +57,7 @@ export async function testLeaf(
   o: { from?: number; to?: number; serial?: string; rsa?: boolean } = {},
 ): Promise<{ cert: string; key: string; serial: string }> {
   const keys = (await webcrypto.subtle.generateKey(o.rsa ? RSA : ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
-  const serial = o.serial ?? Buffer.from(webcrypto.getRandomValues(new Uint8Array(8))).toString('hex');
+  const serial = o.serial ?? randomSerial();
   const cert = await x509.X509CertificateGenerator.create({
     serialNumber: serial,
     subject: `CN=${names[0]}`,
