@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(qemu-system-x86 qemu-utils e2fsprogs iproute2 nftables busybox-static cpio gzip zstd lz4 xz-utils binutils curl ca-certificates pebble haproxy)
 # What only the test command needs (`install.sh --test`): a throwaway PostgreSQL server per test run.
-TEST_PACKAGES=(postgresql)
+TEST_PACKAGES=(postgresql skopeo)
 if [ "${1:-}" = --test ]; then
   APT_PACKAGES+=("${TEST_PACKAGES[@]}")
   # Debian's package would create and start a default cluster; the tests start their own servers.

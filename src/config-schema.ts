@@ -20,6 +20,7 @@ const Hard = Obj({
   services: Int(),
   volumes: Int(),
   total_volume_mb: Int(),
+  registry_mb: Int(),
 });
 const Limits = Obj({
   min_memory_mb: Int(),

@@ -209,6 +209,7 @@ export const DEFAULTS: Config = {
       services: 64,
       volumes: 32,
       total_volume_mb: 16384,
+      registry_mb: 4096,
     },
     limits: {
       min_memory_mb: 16,

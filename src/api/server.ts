@@ -11,6 +11,7 @@ import { listOrGet } from './list.js';
 import { buildOpenApi } from './openapi.js';
 import { requestId, serveMetrics } from './observe.js';
 import { serveEvents } from './events.js';
+import { isRegistryPath, registerRegistry } from './registry.js';
 import type { DaemonMetrics } from '../metrics.js';
 import {
   AuthFailureLimit,
@@ -276,6 +277,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
   // Callback style: a cached token costs no promise on the hot path.
   app.addHook('onRequest', (req, reply, done) => {
     req.t0 = process.hrtime.bigint();
+    if (isRegistryPath(req.url)) return done(); // the registry authenticates its own way (src/api/registry.ts)
     // a token this daemon has already seen to be valid passes even from a blocked address (users behind
     // one NAT with a guesser); any other token from a blocked address is not even looked at
     const hit = services.users.cachedUser(req.headers.authorization);
@@ -300,6 +302,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
 
   if (opts.metrics) serveMetrics(app, opts.metrics);
   serveEvents(app, services, opts.eventStreamsPerUser ?? 8);
+  registerRegistry(app, services, failures);
 
   app.setErrorHandler((e: Error & { code?: string; statusCode?: number }, req, reply) => {
     if (isUnihostError(e)) return sendError(req, reply, e);

@@ -66,13 +66,18 @@ async function readIndex(dir: string, label: string): Promise<Index> {
   return index;
 }
 
-interface Candidate {
+/** Where manifests and configs are read from: an OCI layout being imported, or the image store. */
+export interface JsonSource {
+  json<T>(d: Descriptor): Promise<T>;
+}
+
+export interface Candidate {
   desc: Descriptor;
   platform: Platform;
 }
 
 /** Every image manifest the index reaches (through nested indexes), with its platform. */
-async function candidates(src: SourceLayout, manifests: Descriptor[], depth = 0): Promise<Candidate[]> {
+export async function candidates(src: JsonSource, manifests: Descriptor[], depth = 0): Promise<Candidate[]> {
   const out: Candidate[] = [];
   for (const d of manifests) {
     if (INDEX_TYPES.includes(d.mediaType)) {

@@ -100,6 +100,14 @@ function tagMatcher(tag: string | undefined): ((t: TagRec) => boolean) | undefin
   return (t) => t.ref === key;
 }
 
+/** An image whose boot files are unpacked, ready to be recorded. */
+export interface PreparedImage {
+  digest: string;
+  boot: BootFiles;
+  /** kernel and initrd bytes */
+  size: number;
+}
+
 /** What an import did. */
 export interface ImportResult {
   digest: string;
@@ -155,27 +163,38 @@ export class ImageService {
 
   /** Unpacks the boot files (so a bad image fails the import, not the first boot), then records image and tag. */
   private async register(t: { namespace: string; key: string }, digest: string): Promise<ImportResult> {
-    const boot = await imageBootFiles(this.deps.paths, digest);
-    let size = (await stat(boot.kernel)).size;
-    if (boot.initrd) size += (await stat(boot.initrd)).size;
+    const ready = await this.prepare(digest);
     const previous = await this.deps.store.tx(async (tx) => {
       if (t.namespace !== OFFICIAL && !(await tx.users.getByName(t.namespace)))
         throw err('UH_NOT_FOUND', `no user '${t.namespace}'`);
-      const old = await tx.images.tag(t.key);
-      await tx.images.upsert({
-        digest,
-        namespace: t.namespace,
-        size_in_bytes: size,
-        initrd: boot.initrd !== undefined,
-        args: quote(boot.args),
-        kernel_args: boot.kernelArgs,
-        min_memory_mb: boot.minMemoryMb,
-        created_at: new Date(this.deps.clock.now()).toISOString(),
-      });
-      await tx.images.setTag({ ref: t.key, namespace: t.namespace, digest });
-      return old && old.digest !== digest ? old.digest : null;
+      return this.recordInTx(tx, { namespace: t.namespace, key: t.key }, ready);
     });
-    return { digest, ref: t.key, previous, size_in_bytes: size, boot };
+    return { digest, ref: t.key, previous, size_in_bytes: ready.size, boot: ready.boot };
+  }
+
+  /** Unpacks an image's boot files (throws when it has no bootable kernel) and measures them: the part of a registration outside the store. */
+  async prepare(digest: string): Promise<PreparedImage> {
+    const boot = await imageBootFiles(this.deps.paths, digest);
+    let size = (await stat(boot.kernel)).size;
+    if (boot.initrd) size += (await stat(boot.initrd)).size;
+    return { digest, boot, size };
+  }
+
+  /** Records a prepared image and points tag `key` at it; returns the digest the tag held before, if it moved. */
+  async recordInTx(tx: Tx, t: { namespace: string; key: string }, p: PreparedImage): Promise<string | null> {
+    const old = await tx.images.tag(t.key);
+    await tx.images.upsert({
+      digest: p.digest,
+      namespace: t.namespace,
+      size_in_bytes: p.size,
+      initrd: p.boot.initrd !== undefined,
+      args: quote(p.boot.args),
+      kernel_args: p.boot.kernelArgs,
+      min_memory_mb: p.boot.minMemoryMb,
+      created_at: new Date(this.deps.clock.now()).toISOString(),
+    });
+    await tx.images.setTag({ ref: t.key, namespace: t.namespace, digest: p.digest });
+    return old && old.digest !== p.digest ? old.digest : null;
   }
 
   private visible(user: UserRec, img: ImageRec, tags: TagRec[]): boolean {

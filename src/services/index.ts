@@ -13,6 +13,7 @@ import { GroupService } from './groups.js';
 import { NodeService } from './nodes.js';
 import { ImageService } from './images.js';
 import { InstanceService } from './instances.js';
+import { RegistryService } from './registry.js';
 import { UserService } from './users.js';
 import { VolumeService } from './volumes.js';
 
@@ -30,6 +31,7 @@ export interface Services extends ServiceBase {
   autoscale: AutoscaleService;
   images: ImageService;
   nodes: NodeService;
+  registry: RegistryService;
 }
 
 export function createServices(config: Config, store: Store, clock: Clock = systemClock): Services {
@@ -54,5 +56,6 @@ export function createServices(config: Config, store: Store, clock: Clock = syst
   s.autoscale = new AutoscaleService(s);
   s.images = new ImageService(s);
   s.nodes = new NodeService(s);
+  s.registry = new RegistryService(s);
   return s;
 }

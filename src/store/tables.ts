@@ -41,6 +41,8 @@ export const SPECS = {
   autoscale: { table: 'autoscale', key: 'group_id', kind: 'autoscale', json: ['policies'], bool: ['enabled'] },
   images: { table: 'images', key: 'digest', kind: 'image', json: [], bool: ['initrd'] },
   tags: { table: 'tags', key: 'ref', kind: 'image', json: [], bool: [] },
+  registryLinks: { table: 'registry_links', key: 'repo', kind: 'image', json: [], bool: [] },
+  registryTags: { table: 'registry_tags', key: 'repo', kind: 'image', json: [], bool: [] },
 } as const satisfies Record<string, TableSpec>;
 
 /** An instance as read: both tables' columns (`id` once). */

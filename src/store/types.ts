@@ -28,6 +28,8 @@ export interface Hard {
   services: number;
   volumes: number;
   total_volume_mb: number;
+  /** registry storage: distinct blobs and manifests linked in the user's repositories, MiB rounded up */
+  registry_mb: number;
 }
 export type Used = Hard;
 
@@ -43,6 +45,24 @@ export interface Limits {
 export interface QuotaOverrides {
   hard?: Partial<Hard>;
   limits?: Partial<Limits>;
+}
+
+/** Content (a blob or a manifest) a registry repository holds. */
+export interface RegistryLinkRec {
+  repo: string;
+  digest: string;
+  /** `official` or the owning user's name (quota) */
+  namespace: string;
+  size: number;
+  /** manifests: their media type; blobs: null */
+  media_type: string | null;
+  created_at: string;
+}
+
+export interface RegistryTagRec {
+  repo: string;
+  tag: string;
+  digest: string;
 }
 
 export interface UserRec {
@@ -458,6 +478,20 @@ export interface Tx {
     tags(): Promise<TagRec[]>;
     tag(ref: string): Promise<TagRec | undefined>;
     setTag(rec: TagRec): Promise<void>;
+    deleteTag(ref: string): Promise<void>;
+  };
+  /** The OCI registry's repositories (src/registry/): which content each holds, and its tags. */
+  registry: {
+    link(rec: RegistryLinkRec): Promise<void>;
+    getLink(repo: string, digest: string): Promise<RegistryLinkRec | undefined>;
+    unlink(repo: string, digest: string): Promise<void>;
+    /** every link of one repository, or of all */
+    links(repo?: string): Promise<RegistryLinkRec[]>;
+    /** one tag, or every tag of a repository sorted by name */
+    tag(repo: string, tag: string): Promise<RegistryTagRec | undefined>;
+    tags(repo?: string): Promise<RegistryTagRec[]>;
+    setTag(rec: RegistryTagRec): Promise<void>;
+    deleteTag(repo: string, tag: string): Promise<void>;
   };
   /**
    * Live figures one process publishes for the others (src/figures.ts): not

@@ -59,6 +59,7 @@ describe('reading quotas', () => {
         services: 0,
         volumes: 0,
         total_volume_mb: 0,
+        registry_mb: 0,
       },
       hard: h.daemon.config.defaultQuotas.hard,
       limits: h.daemon.config.defaultQuotas.limits,
@@ -103,6 +104,7 @@ describe('reading quotas', () => {
       services: 3,
       volumes: 2,
       total_volume_mb: 32,
+      registry_mb: 0,
     });
   });
 

@@ -42,6 +42,7 @@ const HARD_KEYS: (keyof Hard)[] = [
   'services',
   'volumes',
   'total_volume_mb',
+  'registry_mb',
 ];
 const LIMIT_KEYS: (keyof Limits)[] = [
   'min_memory_mb',

@@ -210,4 +210,22 @@ export const PG_MIGRATIONS: string[] = [
   ALTER TABLE events ADD COLUMN exit_code integer;
   ALTER TABLE events ADD COLUMN stop_code bigint;
   `,
+  /* 3: SQLite migration 6 (the OCI registry) */ `
+  CREATE TABLE registry_links (
+    repo text NOT NULL,
+    digest text NOT NULL,
+    namespace text NOT NULL,
+    size bigint NOT NULL,
+    media_type text,
+    created_at text NOT NULL,
+    PRIMARY KEY (repo, digest)
+  );
+  CREATE INDEX registry_links_namespace ON registry_links (namespace);
+  CREATE TABLE registry_tags (
+    repo text NOT NULL,
+    tag text NOT NULL,
+    digest text NOT NULL,
+    PRIMARY KEY (repo, tag)
+  );
+  `,
 ];

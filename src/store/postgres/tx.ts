@@ -9,6 +9,8 @@ import {
   type EventRec,
   type HostRec,
   type ImageRec,
+  type RegistryLinkRec,
+  type RegistryTagRec,
   type InstanceRec,
   type InstanceState,
   type TagRec,
@@ -332,6 +334,48 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
         );
         write(S.tags, rec.ref);
       },
+      deleteTag: async (ref) => del(S.tags, ref),
+    },
+    registry: {
+      link: async (rec) => {
+        cur();
+        await q(
+          `INSERT INTO registry_links (repo, digest, namespace, size, media_type, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+          [rec.repo, rec.digest, rec.namespace, rec.size, rec.media_type, rec.created_at],
+        );
+        write(S.registryLinks, rec.repo);
+      },
+      getLink: (repo, digest) =>
+        one<RegistryLinkRec>('SELECT * FROM registry_links WHERE repo=$1 AND digest=$2', repo, digest),
+      unlink: async (repo, digest) => {
+        cur();
+        await q('DELETE FROM registry_links WHERE repo=$1 AND digest=$2', [repo, digest]);
+        write(S.registryLinks, repo);
+      },
+      links: (repo) =>
+        repo === undefined
+          ? many<RegistryLinkRec>('SELECT * FROM registry_links ORDER BY repo, digest')
+          : many<RegistryLinkRec>('SELECT * FROM registry_links WHERE repo=$1 ORDER BY digest', repo),
+      tag: (repo, tag) => one<RegistryTagRec>('SELECT * FROM registry_tags WHERE repo=$1 AND tag=$2', repo, tag),
+      tags: (repo) =>
+        repo === undefined
+          ? many<RegistryTagRec>('SELECT * FROM registry_tags ORDER BY repo, tag')
+          : many<RegistryTagRec>('SELECT * FROM registry_tags WHERE repo=$1 ORDER BY tag', repo),
+      setTag: async (rec) => {
+        cur();
+        await q(
+          `INSERT INTO registry_tags (repo, tag, digest) VALUES ($1, $2, $3)
+             ON CONFLICT (repo, tag) DO UPDATE SET digest=excluded.digest`,
+          [rec.repo, rec.tag, rec.digest],
+        );
+        write(S.registryTags, rec.repo);
+      },
+      deleteTag: async (repo, tag) => {
+        cur();
+        await q('DELETE FROM registry_tags WHERE repo=$1 AND tag=$2', [repo, tag]);
+        write(S.registryTags, repo);
+      },
     },
     figures: {
       put: async (source, at, data) => {
@@ -366,4 +410,7 @@ const USAGE_SQL = `SELECT
   (SELECT count(*)::int FROM service_groups WHERE user_id=$1) AS service_groups,
   (SELECT coalesce(sum(jsonb_array_length(services)),0)::int FROM service_groups WHERE user_id=$1) AS services,
   (SELECT count(*)::int FROM volumes WHERE user_id=$1) AS volumes,
-  (SELECT coalesce(sum(size_mb),0)::int FROM volumes WHERE user_id=$1) AS total_volume_mb`;
+  (SELECT coalesce(sum(size_mb),0)::int FROM volumes WHERE user_id=$1) AS total_volume_mb,
+  (SELECT ((coalesce(sum(size),0)::bigint + 1048575) / 1048576)::int FROM
+     (SELECT DISTINCT digest, size FROM registry_links
+        WHERE namespace=(SELECT name FROM users WHERE id=$1)) AS l) AS registry_mb`;

@@ -276,4 +276,22 @@ export const MIGRATIONS: string[] = [
   ALTER TABLE events ADD COLUMN exit_code INTEGER;
   ALTER TABLE events ADD COLUMN stop_code INTEGER;
   `,
+  /* 6: the OCI registry (src/registry/): content each repository holds, and its tags */ `
+  CREATE TABLE registry_links (
+    repo TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    media_type TEXT,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (repo, digest)
+  );
+  CREATE INDEX registry_links_namespace ON registry_links (namespace);
+  CREATE TABLE registry_tags (
+    repo TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    PRIMARY KEY (repo, tag)
+  );
+  `,
 ];

@@ -10,6 +10,8 @@ import {
   type EventRec,
   type HostRec,
   type ImageRec,
+  type RegistryLinkRec,
+  type RegistryTagRec,
   type InstanceRec,
   type InstanceState,
   type TagRec,
@@ -367,6 +369,46 @@ export function makeTx(
         ).run(rec);
         write(S.tags, rec.ref);
       },
+      deleteTag: async (ref) => del(S.tags, ref),
+    },
+    registry: {
+      link: async (rec) => {
+        cur();
+        prep(
+          `INSERT INTO registry_links (repo, digest, namespace, size, media_type, created_at)
+             VALUES (@repo, @digest, @namespace, @size, @media_type, @created_at) ON CONFLICT DO NOTHING`,
+        ).run(rec);
+        write(S.registryLinks, rec.repo);
+      },
+      getLink: async (repo, digest) =>
+        one<RegistryLinkRec>(S.registryLinks, 'SELECT * FROM registry_links WHERE repo=? AND digest=?', repo, digest),
+      unlink: async (repo, digest) => {
+        cur();
+        prep('DELETE FROM registry_links WHERE repo=? AND digest=?').run(repo, digest);
+        write(S.registryLinks, repo);
+      },
+      links: async (repo) =>
+        repo === undefined
+          ? many<RegistryLinkRec>(S.registryLinks, 'SELECT * FROM registry_links ORDER BY repo, digest')
+          : many<RegistryLinkRec>(S.registryLinks, 'SELECT * FROM registry_links WHERE repo=? ORDER BY digest', repo),
+      tag: async (repo, tag) =>
+        one<RegistryTagRec>(S.registryTags, 'SELECT * FROM registry_tags WHERE repo=? AND tag=?', repo, tag),
+      tags: async (repo) =>
+        repo === undefined
+          ? many<RegistryTagRec>(S.registryTags, 'SELECT * FROM registry_tags ORDER BY repo, tag')
+          : many<RegistryTagRec>(S.registryTags, 'SELECT * FROM registry_tags WHERE repo=? ORDER BY tag', repo),
+      setTag: async (rec) => {
+        cur();
+        prep(
+          'INSERT INTO registry_tags (repo, tag, digest) VALUES (@repo, @tag, @digest) ON CONFLICT DO UPDATE SET digest=excluded.digest',
+        ).run(rec);
+        write(S.registryTags, rec.repo);
+      },
+      deleteTag: async (repo, tag) => {
+        cur();
+        prep('DELETE FROM registry_tags WHERE repo=? AND tag=?').run(repo, tag);
+        write(S.registryTags, repo);
+      },
     },
     figures: {
       put: async (source, at, data) => {
@@ -395,4 +437,7 @@ const USAGE_SQL = `SELECT
   (SELECT count(*) FROM service_groups WHERE user_id=@u) AS service_groups,
   (SELECT coalesce(sum(json_array_length(services)),0) FROM service_groups WHERE user_id=@u) AS services,
   (SELECT count(*) FROM volumes WHERE user_id=@u) AS volumes,
-  (SELECT coalesce(sum(size_mb),0) FROM volumes WHERE user_id=@u) AS total_volume_mb`;
+  (SELECT coalesce(sum(size_mb),0) FROM volumes WHERE user_id=@u) AS total_volume_mb,
+  (SELECT (coalesce(sum(size),0) + 1048575) / 1048576 FROM
+     (SELECT DISTINCT digest, size FROM registry_links
+        WHERE namespace=(SELECT name FROM users WHERE id=@u))) AS registry_mb`;

@@ -1,0 +1,382 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { createReadStream } from 'node:fs';
+import { isRegistryError, parseScopes, RegistryError } from '../domain/registry.js';
+import { isUnihostError } from '../errors.js';
+import type { Services } from '../services/index.js';
+import { MANIFEST_MAX, type Caller, type Page } from '../services/registry.js';
+import { RegistryTokens } from '../services/registry-tokens.js';
+import type { AuthFailureLimit } from './rate-limit.js';
+
+/** Lifetime of the scoped tokens of `GET /v2/token`. */
+const TOKEN_TTL_S = 300;
+/** Uploads not written to for this long are removed. */
+const UPLOAD_MAX_AGE_MS = 24 * 3600_000;
+const API_VERSION = { 'docker-distribution-api-version': 'registry/2.0' };
+
+/** `/v2/...` paths of the distribution spec; the repository name may hold a `/`. */
+const ROUTES: [RegExp, string][] = [
+  [/^\/v2\/?$/, 'base'],
+  [/^\/v2\/token$/, 'token'],
+  [/^\/v2\/_catalog$/, 'catalog'],
+  [/^\/v2\/(.+)\/blobs\/uploads\/?$/, 'uploads'],
+  [/^\/v2\/(.+)\/blobs\/uploads\/([^/]+)$/, 'upload'],
+  [/^\/v2\/(.+)\/blobs\/([^/]+)$/, 'blob'],
+  [/^\/v2\/(.+)\/manifests\/([^/]+)$/, 'manifest'],
+  [/^\/v2\/(.+)\/tags\/list$/, 'tags'],
+];
+
+/** Does this URL belong to the registry (so the v1 API's authentication does not apply)? */
+export const isRegistryPath = (url: string): boolean => /^\/v2(?:[/?]|$)/.test(url);
+
+function base(req: FastifyRequest): string {
+  const proto = String(req.headers['x-forwarded-proto'] ?? req.protocol)
+    .split(',')[0]!
+    .trim();
+  return `${proto === 'https' ? 'https' : 'http'}://${req.headers.host ?? 'localhost'}`;
+}
+
+function challenge(req: FastifyRequest, scope?: string): string {
+  const host = String(req.headers.host ?? 'unihost').replace(/"/g, '');
+  return `Bearer realm="${base(req)}/v2/token",service="${host}"${scope ? `,scope="${scope}"` : ''}`;
+}
+
+function sendError(req: FastifyRequest, reply: FastifyReply, e: RegistryError): FastifyReply {
+  void reply.code(e.http).headers(API_VERSION);
+  // a body left unread (refused before or while it streamed): the connection cannot carry another request
+  if (!req.raw.readableEnded && !req.raw.complete) void reply.header('connection', 'close');
+  const detail = e.detail as { scope?: string; size?: number } | undefined;
+  if (e.code === 'UNAUTHORIZED') void reply.header('www-authenticate', challenge(req, detail?.scope));
+  if (e.code === 'RANGE_INVALID' && detail?.size !== undefined) {
+    void reply.header('range', `0-${Math.max(0, detail.size - 1)}`);
+  }
+  const body = {
+    errors: [
+      { code: e.code === 'RANGE_INVALID' ? 'BLOB_UPLOAD_INVALID' : e.code, message: e.message, detail: e.detail ?? {} },
+    ],
+  };
+  return req.method === 'HEAD' ? reply.send() : reply.type('application/json').send(body);
+}
+
+/** Credentials of a request: HTTP Basic (user name and API token), a scoped registry token, or an API token. */
+async function authenticate(
+  services: Services,
+  tokens: RegistryTokens,
+  header: string | undefined,
+): Promise<Caller | undefined> {
+  if (!header) return undefined;
+  const basic = /^Basic\s+([A-Za-z0-9+/=]{1,2048})\s*$/i.exec(header);
+  if (basic) {
+    const text = Buffer.from(basic[1]!, 'base64').toString('utf8');
+    const colon = text.indexOf(':');
+    if (colon < 0) return undefined;
+    const user = await services.users.authenticate(`Bearer ${text.slice(colon + 1)}`);
+    return user && user.name === text.slice(0, colon).toLowerCase() ? { user } : undefined;
+  }
+  const bearer = /^Bearer\s+(\S{1,8192})\s*$/i.exec(header);
+  if (!bearer) return undefined;
+  if (RegistryTokens.looksLike(bearer[1]!)) {
+    const c = tokens.verify(bearer[1]!);
+    const user = c ? await services.store.read((tx) => tx.users.get(c.sub)) : undefined;
+    return user && c ? { user, scopes: c.access } : undefined;
+  }
+  const user = await services.users.authenticate(header);
+  return user ? { user } : undefined;
+}
+
+/** Reads a request body of at most `max` bytes. */
+async function readBody(req: FastifyRequest, max: number): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  let n = 0;
+  for await (const chunk of req.raw as AsyncIterable<Buffer>) {
+    n += chunk.length;
+    if (n > max) throw new RegistryError('SIZE_INVALID', `manifest is larger than ${max} bytes`, undefined, 413);
+    parts.push(chunk);
+  }
+  return Buffer.concat(parts);
+}
+
+function pageParams(req: FastifyRequest): { n?: number; last?: string } {
+  const q = req.query as Record<string, string | undefined>;
+  const out: { n?: number; last?: string } = {};
+  if (q.n !== undefined) {
+    if (!/^\d{1,9}$/.test(q.n))
+      throw new RegistryError('SIZE_INVALID', `parameter 'n': '${q.n.slice(0, 20)}' is not a count`, undefined, 400);
+    out.n = Number(q.n);
+  }
+  if (q.last !== undefined) out.last = q.last;
+  return out;
+}
+
+function linkNext(reply: FastifyReply, path: string, p: Page, n: number | undefined): void {
+  if (p.next === undefined) return;
+  const qs = new URLSearchParams({ ...(n !== undefined ? { n: String(n) } : {}), last: p.next });
+  void reply.header('link', `<${path}?${qs.toString()}>; rel="next"`);
+}
+
+/** `Content-Range: <start>-<end>` of a chunk (the spec's form; `bytes ` prefix tolerated). */
+function contentRange(v: string | undefined): { start: number; end: number } | undefined {
+  if (v === undefined) return undefined;
+  const m = /^(?:bytes )?(\d{1,15})-(\d{1,15})$/.exec(v.trim());
+  if (!m || Number(m[2]) < Number(m[1]))
+    throw new RegistryError('RANGE_INVALID', `Content-Range '${v.slice(0, 60)}' is not '<start>-<end>'`);
+  return { start: Number(m[1]), end: Number(m[2]) };
+}
+
+/** A blob's `Range: bytes=a-b` (one range; `a-` and `-n` too), or undefined for the whole blob. */
+function byteRange(v: string | undefined, size: number): { start: number; end: number } | undefined {
+  if (v === undefined) return undefined;
+  const m = /^bytes=(\d*)-(\d*)$/.exec(v.trim());
+  let r: { start: number; end: number } | undefined;
+  if (m && (m[1] !== '' || m[2] !== '')) {
+    if (m[1] === '') r = { start: Math.max(0, size - Number(m[2])), end: size - 1 };
+    else r = { start: Number(m[1]), end: m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1) };
+  }
+  if (!r || r.start > r.end || r.start >= size) {
+    throw new RegistryError('RANGE_INVALID', `Range '${v.slice(0, 60)}' is not satisfiable (blob of ${size} bytes)`, {
+      size,
+    });
+  }
+  return r;
+}
+
+const uploadRange = (size: number): string => `0-${Math.max(0, size - 1)}`;
+
+/**
+ * The OCI distribution API (spec 1.1) at `/v2/` on the API's listener
+ * (docs/registry.md). Its own authentication (HTTP Basic, the token flow),
+ * its own error form; the request body of blob uploads is streamed to disk.
+ */
+export function registerRegistry(app: FastifyInstance, services: Services, failures?: AuthFailureLimit): void {
+  const reg = services.registry;
+  const tokens = reg.tokens;
+
+  // Abandoned uploads: at start, then hourly.
+  let sweeper: NodeJS.Timeout | undefined;
+  const sweep = (): void =>
+    void reg.reclaimUploads(UPLOAD_MAX_AGE_MS).catch((e: unknown) => app.log.warn({ err: e }, 'upload sweep failed'));
+  app.addHook('onReady', (done) => {
+    sweep();
+    sweeper = setInterval(sweep, 3600_000).unref();
+    done();
+  });
+  app.addHook('onClose', (_i, done) => {
+    clearInterval(sweeper);
+    done();
+  });
+
+  void app.register(async (scope) => {
+    // Bodies are streamed by the handlers, never parsed or buffered by Fastify.
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', (_req, _payload, done) => done(null));
+
+    const handler = async (req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+      void reply.headers(API_VERSION);
+      try {
+        return await route(req, reply);
+      } catch (e) {
+        if (isRegistryError(e)) return sendError(req, reply, e);
+        if (isUnihostError(e) && e.http < 500)
+          return sendError(req, reply, new RegistryError('DENIED', e.message, undefined, e.http));
+        const ce = e as NodeJS.ErrnoException;
+        if (ce.code === 'ECONNRESET' || ce.message === 'aborted') return reply; // the client left mid-body
+        req.log.error({ err: e }, 'registry request failed');
+        void reply.code(500);
+        return reply.send({ errors: [{ code: 'UNKNOWN', message: 'internal error', detail: {} }] });
+      }
+    };
+
+    async function caller(req: FastifyRequest): Promise<Caller> {
+      const wait = failures?.blockedFor(req.ip) ?? 0;
+      if (wait > 0) {
+        throw new RegistryError('TOOMANYREQUESTS', `too many failed logins from ${req.ip}; retry after ${wait} s`);
+      }
+      const who = await authenticate(services, tokens, req.headers.authorization);
+      if (who) return who;
+      if (req.headers.authorization) failures?.fail(req.ip);
+      throw new RegistryError(
+        'UNAUTHORIZED',
+        req.headers.authorization
+          ? 'invalid credentials'
+          : 'authentication required: log in with your user name and API token',
+      );
+    }
+
+    async function route(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+      const path = decodeURIComponent(req.url.split('?')[0]!);
+      const q = req.query as Record<string, string | undefined>;
+      let kind = '';
+      let m: RegExpExecArray | null = null;
+      for (const [re, k] of ROUTES) {
+        m = re.exec(path);
+        if (m) {
+          kind = k;
+          break;
+        }
+      }
+      const method = req.method;
+      const bad = (): never => {
+        throw new RegistryError(
+          'UNSUPPORTED',
+          `${method} ${path.slice(0, 120)} is not part of the registry API`,
+          undefined,
+          405,
+        );
+      };
+      if (!m) throw new RegistryError('NAME_UNKNOWN', `no registry endpoint at ${path.slice(0, 120)}`, undefined, 404);
+
+      if (kind === 'token') {
+        if (method !== 'GET') bad();
+        const who = await caller(req);
+        const raw = (req.query as Record<string, string | string[] | undefined>).scope;
+        const scopes = reg.grant(who.user, parseScopes(raw === undefined ? [] : Array.isArray(raw) ? raw : [raw]));
+        const now = Date.now();
+        const token = tokens.issue({
+          sub: who.user.id,
+          name: who.user.name,
+          access: scopes,
+          exp: Math.floor(now / 1000) + TOKEN_TTL_S,
+        });
+        return reply.send({
+          token,
+          access_token: token,
+          expires_in: TOKEN_TTL_S,
+          issued_at: new Date(now).toISOString(),
+        });
+      }
+      const who = await caller(req);
+      if (kind === 'base') {
+        if (method !== 'GET' && method !== 'HEAD') bad();
+        return reply.type('application/json').send(method === 'HEAD' ? undefined : {});
+      }
+      if (kind === 'catalog') {
+        if (method !== 'GET') bad();
+        const p = pageParams(req);
+        const page = await reg.catalog(who, p.n, p.last);
+        linkNext(reply, '/v2/_catalog', page, p.n);
+        return reply.send({ repositories: page.items });
+      }
+      const name = m[1]!;
+      if (kind === 'tags') {
+        if (method !== 'GET') bad();
+        const p = pageParams(req);
+        const page = await reg.tags(who, name, p.n, p.last);
+        linkNext(reply, `/v2/${name}/tags/list`, page, p.n);
+        return reply.send({ name, tags: page.items });
+      }
+      if (kind === 'blob') {
+        const digest = m[2]!;
+        if (method === 'DELETE') {
+          await reg.deleteBlob(who, name, digest);
+          return reply.code(202).send();
+        }
+        if (method !== 'GET' && method !== 'HEAD') bad();
+        const b = await reg.blob(who, name, digest);
+        void reply.headers({
+          'docker-content-digest': b.digest,
+          'accept-ranges': 'bytes',
+          'content-type': 'application/octet-stream',
+        });
+        const r = byteRange(req.headers.range, b.size);
+        if (r) void reply.code(206).header('content-range', `bytes ${r.start}-${r.end}/${b.size}`);
+        void reply.header('content-length', String(r ? r.end - r.start + 1 : b.size));
+        if (method === 'HEAD') return reply.send();
+        return reply.send(createReadStream(b.path, r ?? {}));
+      }
+      if (kind === 'uploads') {
+        if (method !== 'POST') bad();
+        if (q.mount !== undefined && q.from !== undefined && (await reg.mount(who, name, q.mount, q.from))) {
+          return reply
+            .code(201)
+            .headers({ location: `/v2/${name}/blobs/${q.mount}`, 'docker-content-digest': q.mount })
+            .send();
+        }
+        const up = await reg.startUpload(who, name);
+        if (q.digest !== undefined) {
+          try {
+            await reg.append(who, name, up.id, req.raw);
+            const b = await reg.finish(who, name, up.id, q.digest);
+            return reply
+              .code(201)
+              .headers({ location: `/v2/${name}/blobs/${b.digest}`, 'docker-content-digest': b.digest })
+              .send();
+          } catch (e) {
+            await reg.uploads.remove(up.id);
+            throw e;
+          }
+        }
+        return reply
+          .code(202)
+          .headers({ location: `/v2/${name}/blobs/uploads/${up.id}`, 'docker-upload-uuid': up.id, range: '0-0' })
+          .send();
+      }
+      if (kind === 'upload') {
+        const id = m[2]!;
+        const loc = { location: `/v2/${name}/blobs/uploads/${id}`, 'docker-upload-uuid': id };
+        if (method === 'GET') {
+          const { size } = await reg.upload(who, name, id);
+          return reply
+            .code(204)
+            .headers({ ...loc, range: uploadRange(size) })
+            .send();
+        }
+        if (method === 'DELETE') {
+          await reg.cancel(who, name, id);
+          return reply.code(204).send();
+        }
+        if (method === 'PATCH') {
+          const size = await reg.append(who, name, id, req.raw, contentRange(req.headers['content-range']));
+          return reply
+            .code(202)
+            .headers({ ...loc, range: uploadRange(size) })
+            .send();
+        }
+        if (method === 'PUT') {
+          if (q.digest === undefined)
+            throw new RegistryError('DIGEST_INVALID', "parameter 'digest' is required to end an upload");
+          const hasBody =
+            Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
+          if (hasBody) await reg.append(who, name, id, req.raw, contentRange(req.headers['content-range']));
+          const b = await reg.finish(who, name, id, q.digest);
+          return reply
+            .code(201)
+            .headers({ location: `/v2/${name}/blobs/${b.digest}`, 'docker-content-digest': b.digest })
+            .send();
+        }
+        bad();
+      }
+      // manifests
+      const reference = m[2]!;
+      if (method === 'PUT') {
+        const body = await readBody(req, MANIFEST_MAX);
+        const r = await reg.putManifest(who, name, reference, req.headers['content-type'], body);
+        void reply.headers({ location: `/v2/${name}/manifests/${r.digest}`, 'docker-content-digest': r.digest });
+        if (r.subject) void reply.header('oci-subject', r.subject);
+        return reply.code(201).send();
+      }
+      if (method === 'DELETE') {
+        await reg.deleteManifest(who, name, reference);
+        return reply.code(202).send();
+      }
+      if (method !== 'GET' && method !== 'HEAD') bad();
+      const man = await reg.getManifest(who, name, reference);
+      void reply.headers({ 'docker-content-digest': man.digest, 'content-length': String(man.body.length) });
+      void reply.type(man.mediaType);
+      return reply.send(method === 'HEAD' ? undefined : man.body);
+    }
+
+    scope.route({
+      method: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+      url: '/v2',
+      handler,
+      config: { rateLimit: false },
+      exposeHeadRoute: false,
+    });
+    scope.route({
+      method: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+      url: '/v2/*',
+      handler,
+      config: { rateLimit: false },
+      exposeHeadRoute: false,
+    });
+  });
+}
