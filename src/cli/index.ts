@@ -5,6 +5,7 @@ import { registerCompletion } from './completion.js';
 import { registerEvents } from './events/index.js';
 import { registerImage } from './image/index.js';
 import { registerInstance } from './instance/index.js';
+import { registerLogin } from './login.js';
 import { registerQuota } from './quota/index.js';
 import { registerScale } from './scale/index.js';
 import { registerServe } from './serve.js';
@@ -22,6 +23,7 @@ export function buildCli(): Command {
     .configureHelp({ showGlobalOptions: true });
   registerServe(program);
   registerAdmin(program);
+  registerLogin(program);
   registerImage(program);
   registerInstance(program);
   registerService(program);

@@ -1,13 +1,14 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { kraftkitLayout, multibootKernel } from '../../src/images/testing/fixtures.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
+import { runCli } from '../helpers/cli.js';
 import { requirePart } from '../helpers/require.js';
 import { simMachines } from '../helpers/sim-machines.js';
 
@@ -115,5 +116,38 @@ describe('the registry with a real client (skopeo)', { skip }, () => {
       /denied|unauthorized|403/i,
     );
     assert.equal(await h.daemon.store.read((tx) => tx.registry.tag('alice/app', 'evil')), undefined);
+  });
+
+  test('the CLI: login saves a 0600 profile; push packs a kernel file or sends a layout; delete removes the tag', async () => {
+    const profile = join(files, 'cli', 'config.json');
+    const env = { UNIHOST_CLIENT_CONFIG: profile };
+    const bad = await runCli(['login', '--metro', h.url, '--token', 'bm9ib2R5Om5vdGhpbmc='], env);
+    assert.equal(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /refused the token/);
+    assert.equal(existsSync(profile), false, 'nothing saved for a refused token');
+    const login = await runCli(['login', '--metro', h.url, '--token', alice], env);
+    assert.equal(login.code, 0, login.stderr);
+    assert.match(login.stdout, /as alice/);
+    assert.equal(statSync(profile).mode & 0o777, 0o600);
+    const kernel = join(files, 'kernel');
+    writeFileSync(kernel, multibootKernel('cli pushed'));
+    const push = await runCli(['image', 'push', kernel, 'alice/cli:1', '--port', '8080', '--args', 'a b'], env);
+    assert.equal(push.code, 0, push.stderr);
+    assert.match(push.stderr, /packed .* \(pc\)/);
+    assert.match(push.stderr, /pushed/);
+    const digest = /digest\s+(sha256:[0-9a-f]{64})/.exec(push.stdout)?.[1];
+    assert.equal((await h.daemon.store.read((tx) => tx.images.tag('alice/cli:1')))?.digest, digest);
+    // the same kernel again: every blob is already there
+    const again = await runCli(['image', 'push', kernel, 'alice/cli:2', '--port', '8080', '--args', 'a b'], env);
+    assert.equal(again.code, 0, again.stderr);
+    assert.doesNotMatch(again.stderr, / pushed/);
+    const list = await runCli(['image', 'list', '--namespace', 'alice'], env);
+    assert.match(list.stdout, /alice\/cli:1/);
+    const denied = await runCli(['image', 'push', kernel, 'bob/cli:1'], env);
+    assert.equal(denied.code, 1);
+    assert.match(denied.stderr, /DENIED/);
+    const del = await runCli(['image', 'delete', 'alice/cli:1'], env);
+    assert.equal(del.code, 0, del.stderr);
+    assert.equal(await h.daemon.store.read((tx) => tx.images.tag('alice/cli:1')), undefined);
   });
 });

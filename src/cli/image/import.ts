@@ -29,9 +29,9 @@ interface ImportOpts {
   kernelVersion?: string;
 }
 
-const collect = (v: string, acc: string[]): string[] => [...acc, v];
+export const collect = (v: string, acc: string[]): string[] => [...acc, v];
 
-function parseEnv(pairs: string[]): Record<string, string> {
+export function parseEnv(pairs: string[]): Record<string, string> {
   const env: Record<string, string> = {};
   for (const p of pairs) {
     const eq = p.indexOf('=');
@@ -41,21 +41,25 @@ function parseEnv(pairs: string[]): Record<string, string> {
   return env;
 }
 
-function parseMachine(m: string | undefined): Machine | undefined {
+export function parseMachine(m: string | undefined): Machine | undefined {
   if (m === undefined || m === 'auto') return undefined;
   if (!(MACHINES as string[]).includes(m))
     throw err('UH_INVALID', `--machine must be auto or one of ${MACHINES.join(', ')}, not '${m}'`);
   return m as Machine;
 }
 
-function parseChoice<T extends string>(flag: string, v: string | undefined, allowed: readonly T[]): T | undefined {
+export function parseChoice<T extends string>(
+  flag: string,
+  v: string | undefined,
+  allowed: readonly T[],
+): T | undefined {
   if (v === undefined) return undefined;
   if (!(allowed as readonly string[]).includes(v))
     throw err('UH_INVALID', `--${flag} must be one of ${allowed.join(', ')}, not '${v}'`);
   return v as T;
 }
 
-function parsePorts(ports: string[]): number[] {
+export function parsePorts(ports: string[]): number[] {
   return ports.map((p) => {
     if (!/^\d{1,5}$/.test(p) || Number(p) < 1 || Number(p) > 65535)
       throw err('UH_INVALID', `--port must be a TCP port (1-65535), not '${p}'`);
@@ -90,7 +94,7 @@ async function autoChoice(o: ImportOpts, c: Config): Promise<{ machine: Machine;
   return choice;
 }
 
-function parseMemory(v: string | undefined): number | undefined {
+export function parseMemory(v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
   if (!/^\d+$/.test(v) || Number(v) < 1)
     throw err('UH_INVALID', `--min-memory-mb must be a positive whole number, not '${v}'`);

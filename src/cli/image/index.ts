@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { registerImageImport } from './import.js';
 import { registerImageImportGuest } from './import-guest.js';
 import { registerImageList } from './list.js';
+import { registerImageDelete, registerImagePush } from './push.js';
 import { addClientOptions } from '../shared/context.js';
 
 /**
@@ -12,7 +13,7 @@ export function registerImage(program: Command): void {
   const image = addClientOptions(
     program
       .command('image')
-      .description('import images (on the data dir directly) and list them')
+      .description("push images to the platform's registry, list and delete them; import them on the data dir directly")
       .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR)')
       .option(
         '--store <url>',
@@ -23,4 +24,6 @@ export function registerImage(program: Command): void {
   registerImageImport(image);
   registerImageImportGuest(image);
   registerImageList(image);
+  registerImagePush(image);
+  registerImageDelete(image);
 }
