@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { statSync } from 'node:fs';
+import { rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import {
   allowed,
@@ -493,6 +494,86 @@ export class RegistryService {
       l.namespace === who.user.name || (who.user.developer && l.namespace === OFFICIAL_NAMESPACE);
     const repos = [...new Set(links.filter(mine).map((l) => l.repo))].sort();
     return page(repos, n, last);
+  }
+
+  /**
+   * The garbage collector: removes blobs of the image store that nothing
+   * references (no repository links them, no platform image tag or instance
+   * pins them or a manifest of theirs, no import lists them), and the
+   * records of images that only they held. Files younger than `graceMs` stay
+   * (an import or upload may be about to reference them). Safe while pushes
+   * go on: the deletions happen in one transaction under the lock every
+   * link takes, re-checked there.
+   */
+  async collect(graceMs = 3600_000): Promise<{ blobs: number; bytes: number; images: number }> {
+    await this.init();
+    const now = this.deps.clock.now();
+    const roots = async (tx: Tx): Promise<Set<string>> => {
+      const set = new Set<string>();
+      for (const l of await tx.registry.links()) set.add(l.digest);
+      for (const t of await tx.images.tags()) set.add(t.digest);
+      for (const i of await tx.instances.all()) if (i.image.startsWith('sha256:')) set.add(i.image);
+      for (const m of (await this.layout.index()).manifests) set.add(m.digest);
+      return set;
+    };
+    /** everything the roots reach through manifests and indexes */
+    const reach = async (from: Set<string>): Promise<Set<string>> => {
+      const seen = new Set<string>();
+      const walk = async (d: string, depth: number): Promise<void> => {
+        if (seen.has(d) || depth > 4) return;
+        seen.add(d);
+        const st = statSync(this.layout.blobPath(d), { throwIfNoEntry: false });
+        if (!st || st.size > MANIFEST_MAX) return;
+        let doc: Partial<Manifest & Index>;
+        try {
+          doc = JSON.parse((await this.layout.readBlob(d)).toString('utf8')) as Partial<Manifest & Index>;
+        } catch {
+          return; // a layer, not a manifest
+        }
+        if (typeof doc !== 'object' || doc === null || doc.schemaVersion !== 2) return;
+        const kids = [
+          doc.config,
+          ...(Array.isArray(doc.layers) ? doc.layers : []),
+          ...(Array.isArray(doc.manifests) ? doc.manifests : []),
+        ];
+        for (const k of kids)
+          if (k && typeof k.digest === 'string' && /^sha256:[0-9a-f]{64}$/.test(k.digest))
+            await walk(k.digest, depth + 1);
+      };
+      for (const d of from) await walk(d, 0);
+      return seen;
+    };
+    const live = await reach(await this.deps.store.read(roots));
+    const { readdir, stat, rm } = await import('node:fs/promises');
+    const candidates: { digest: string; size: number }[] = [];
+    for (const hex of await readdir(this.layout.blobs)) {
+      const digest = `sha256:${hex}`;
+      if (live.has(digest) || !/^[0-9a-f]{64}$/.test(hex)) continue;
+      const st = await stat(this.layout.blobPath(digest)).catch(() => undefined);
+      if (st && now - st.mtimeMs > graceMs) candidates.push({ digest, size: st.size });
+    }
+    const r = await this.deps.store.tx(async (tx) => {
+      await tx.lock('registry');
+      // again, under the lock: what became referenced since the walk stays
+      const again = await reach(await roots(tx));
+      let blobs = 0;
+      let bytes = 0;
+      for (const c of candidates) {
+        if (again.has(c.digest)) continue;
+        rmSync(this.layout.blobPath(c.digest), { force: true });
+        blobs++;
+        bytes += c.size;
+      }
+      const gone: string[] = [];
+      for (const img of await tx.images.list()) {
+        if (again.has(img.digest)) continue;
+        await tx.images.delete(img.digest);
+        gone.push(img.digest);
+      }
+      return { blobs, bytes, gone };
+    });
+    for (const d of r.gone) await rm(join(this.layout.unpacked, d.slice(7)), { recursive: true, force: true });
+    return { blobs: r.blobs, bytes: r.bytes, images: r.gone.length };
   }
 
   /** Removes uploads idle for longer than `maxAgeMs`. */

@@ -479,6 +479,8 @@ export interface Tx {
     tag(ref: string): Promise<TagRec | undefined>;
     setTag(rec: TagRec): Promise<void>;
     deleteTag(ref: string): Promise<void>;
+    /** removes an image record (the collector: untagged, unpinned, in no repository) */
+    delete(digest: string): Promise<void>;
   };
   /** The OCI registry's repositories (src/registry/): which content each holds, and its tags. */
   registry: {

@@ -468,4 +468,75 @@ describe('OCI registry at /v2/', () => {
     assert.ok((await h.daemon.services.registry.reclaimUploads(-1)) >= 1);
     assert.equal(code(await call('GET', String(start.headers.location), a)), 'BLOB_UPLOAD_UNKNOWN');
   });
+
+  test('the collector removes what nothing references, never what an instance is pinned to', async () => {
+    const a = as('alice', alice);
+    const pushed: Record<string, string[]> = {};
+    for (const app of ['gckeep', 'gcdrop']) {
+      const dir = join(files, app);
+      const { digests } = await kraftkitLayout(dir, [
+        { os: 'qemu', architecture: 'x86_64', kernel: multibootKernel(`collector ${app}`) },
+      ]);
+      assert.equal((await pushLayout(dir, `alice/${app}`, '1', a, digests[0]!)).status, 201);
+      const m = JSON.parse(readFileSync(join(dir, 'blobs', 'sha256', digests[0]!.slice(7)), 'utf8')) as {
+        config: { digest: string };
+        layers: { digest: string }[];
+      };
+      pushed[app] = [digests[0]!, m.config.digest, ...m.layers.map((l) => l.digest)];
+    }
+    const inst = await h.call('POST', '/v1/instances', alice, { image: 'alice/gckeep:1' });
+    assert.equal(inst.status, 200, inst.text);
+    for (const app of ['gckeep', 'gcdrop'])
+      assert.equal((await call('DELETE', `/v2/alice/${app}/manifests/${pushed[app]![0]!}`, a)).status, 202);
+    for (const app of ['gckeep', 'gcdrop'])
+      for (const d of pushed[app]!.slice(1))
+        assert.equal((await call('DELETE', `/v2/alice/${app}/blobs/${d}`, a)).status, 202);
+    const blobFile = (d: string) => join(h.dataDir, 'images', 'blobs', 'sha256', d.slice(7));
+    assert.equal((await h.daemon.services.registry.collect(3600_000)).blobs, 0, 'nothing older than the grace time');
+    const r = await h.daemon.services.registry.collect(-1);
+    assert.ok(r.blobs >= 3, JSON.stringify(r));
+    for (const d of pushed.gcdrop!) assert.equal(existsSync(blobFile(d)), false, `${d} of the unreferenced image`);
+    for (const d of pushed.gckeep!) assert.equal(existsSync(blobFile(d)), true, `${d} of the pinned image`);
+    assert.equal(await h.daemon.store.read((tx) => tx.images.get(pushed.gcdrop![0]!)), undefined);
+    assert.ok(await h.daemon.store.read((tx) => tx.images.get(pushed.gckeep![0]!)));
+  });
+
+  test('the collector running over and over while a push goes on loses nothing of the push', async () => {
+    const a = as('alice', alice);
+    let running = true;
+    const loop = (async () => {
+      let n = 0;
+      while (running) {
+        await h.daemon.services.registry.collect(-1);
+        n++;
+      }
+      return n;
+    })();
+    const blobs: Buffer[] = [];
+    for (let i = 0; i < 30; i++) blobs.push(Buffer.from(`concurrent blob ${i} `.repeat(1000)));
+    const digests = [];
+    for (const b of blobs) digests.push(await pushBlob('alice/race', a, b));
+    const cfg = await pushBlob('alice/race', a, Buffer.from('{"architecture":"arm64","os":"linux"}'));
+    const manifest = Buffer.from(
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: MT_MANIFEST,
+        config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: cfg, size: 37 },
+        layers: digests.map((digest, i) => ({
+          mediaType: 'application/vnd.oci.image.layer.v1.tar',
+          digest,
+          size: blobs[i]!.length,
+        })),
+      }),
+    );
+    const put = await call('PUT', '/v2/alice/race/manifests/1', a, manifest, { 'content-type': MT_MANIFEST });
+    running = false;
+    const rounds = await loop;
+    assert.equal(put.status, 201, put.body.toString());
+    assert.ok(rounds >= 2, `the collector ran ${rounds} times during the push`);
+    await h.daemon.services.registry.collect(-1);
+    for (const [i, d] of digests.entries())
+      assert.deepEqual((await call('GET', `/v2/alice/race/blobs/${d}`, a)).body, blobs[i]);
+    assert.equal(sha((await call('GET', '/v2/alice/race/manifests/1', a)).body), sha(manifest));
+  });
 });

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { registerImageImport } from './import.js';
 import { registerImageImportGuest } from './import-guest.js';
 import { registerImageList } from './list.js';
+import { registerImageGc } from './gc.js';
 import { registerImageDelete, registerImagePush } from './push.js';
 import { addClientOptions } from '../shared/context.js';
 
@@ -26,4 +27,5 @@ export function registerImage(program: Command): void {
   registerImageList(image);
   registerImagePush(image);
   registerImageDelete(image);
+  registerImageGc(image);
 }

@@ -335,6 +335,7 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
         write(S.tags, rec.ref);
       },
       deleteTag: async (ref) => del(S.tags, ref),
+      delete: async (digest) => del(S.images, digest),
     },
     registry: {
       link: async (rec) => {

@@ -370,6 +370,7 @@ export function makeTx(
         write(S.tags, rec.ref);
       },
       deleteTag: async (ref) => del(S.tags, ref),
+      delete: async (digest) => del(S.images, digest),
     },
     registry: {
       link: async (rec) => {
