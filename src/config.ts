@@ -186,7 +186,7 @@ export const DEFAULTS: Config = {
   dataDir: defaultDataDir(),
   metro: 'local',
   metroDomain: 'unihost.localhost',
-  reservedLabels: ['www', 'api', 'admin', 'mail', 'ns1', 'ns2', 'status', 'console', 'dashboard'],
+  reservedLabels: ['www', 'api', 'admin', 'mail', 'ns1', 'ns2', 'status', 'console', 'dashboard', 'registry'],
   bodyLimit: 1024 * 1024,
   maxTimeoutMs: 3_600_000,
   maxLogChunk: 16383,

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
+import { GatewayController } from './reconcile/gateway.js';
 import { DaemonMetrics } from './metrics.js';
 import type { Config } from './config.js';
 import { restrictFileModes } from './file-modes.js';
@@ -109,6 +110,8 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
       const addr = api.server.address();
       const actualPort = typeof addr === 'object' && addr ? addr.port : port;
       url = `${https ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
+      // the registry through the gateway (a plain-HTTP API only: HAProxy speaks HTTP to it)
+      if (!https) for (const c of started) if (c instanceof GatewayController) c.publishRegistry(host, actualPort);
       logger.info({ url, dataDir: config.dataDir, store: store.kind, roles: config.roles }, 'unihost API listening');
     } else logger.info({ dataDir: config.dataDir, store: store.kind, roles: config.roles }, 'unihost running (no API)');
     return { config, store, services, controllers, api, logger, url, close };

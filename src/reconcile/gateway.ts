@@ -15,6 +15,8 @@ import { CertInstaller } from './gateway-certs.js';
 import { Waker } from './wake.js';
 
 const DAY_MS = 86_400_000;
+/** The group id of the platform's own route: the registry at `registry.<metro domain>` (docs/registry.md). */
+export const REGISTRY_ROUTE = 'platform-registry';
 
 /**
  * Keeps the gateway (docs/gateway.md) in step with the store: one route per
@@ -34,6 +36,8 @@ export class GatewayController implements Controller {
   private renew: NodeJS.Timeout | null = null;
   private lastState = new Map<string, InstanceRec['state']>();
   private certs: CertInstaller | null = null;
+  /** where this process's API listens, once it does (plain HTTP): the registry's route goes there */
+  private api: { host: string; port: number } | null = null;
   /** scale-to-zero: starts a standby master for traffic that found no running instance */
   readonly waker: Waker;
 
@@ -115,6 +119,16 @@ export class GatewayController implements Controller {
     return this.waker.traffic(groupId, c && { busy: c.openConnections, lastActivity: c.lastActivity });
   }
 
+  /**
+   * Publishes the registry of the API at `host:port` (plain HTTP) as
+   * `registry.<metro domain>` on 443 with the metro certificate, and on 80
+   * as a redirect to it. The daemon calls it once the API listens.
+   */
+  publishRegistry(host: string, port: number): void {
+    this.api = { host: host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host, port };
+    void this.queue.kick('sync');
+  }
+
   /** Resolves once the changes seen so far are applied to the gateway (tests). */
   settled(): Promise<void> {
     return this.queue.drain();
@@ -170,6 +184,13 @@ export class GatewayController implements Controller {
           });
         }
         backends.set(g.id, list);
+      }
+      if (this.api) {
+        const fqdns = [`registry.${this.s.config.metroDomain.toLowerCase()}`];
+        const base = { groupId: REGISTRY_ROUTE, userId: '', destinationPort: this.api.port, fqdns };
+        routes.push({ ...base, port: 443, handlers: ['tls', 'http'] });
+        routes.push({ ...base, port: 80, destinationPort: 443, handlers: ['http', 'redirect'] });
+        backends.set(REGISTRY_ROUTE, [{ instanceId: REGISTRY_ROUTE, host: this.api.host, state: 'running' }]);
       }
       return { routes, backends, states, custom };
     });

@@ -74,6 +74,28 @@ test('failed authentications beyond the budget block the address with 429 and Re
   }
 });
 
+test('the registry shares the failed-login budget: guesses block the address (TOOMANYREQUESTS); known-good credentials pass', async () => {
+  const guard = await startHarness({ authFailures: { max: 2, windowMs: 60_000 } });
+  try {
+    const erin = await guard.user('erin');
+    const v2 = async (auth: string) => {
+      const r = await request(`${guard.url}/v2/`, { headers: { authorization: auth } });
+      return { status: r.statusCode, text: await r.body.text() };
+    };
+    const basic = (u: string, t: string) => `Basic ${Buffer.from(`${u}:${t}`).toString('base64')}`;
+    assert.equal((await v2(basic('erin', erin))).status, 200);
+    for (let i = 0; i < 3; i++) assert.equal((await v2(basic('erin', `guess${i}`))).status, 401);
+    const blocked = await v2(basic('erin', 'guess9'));
+    assert.equal(blocked.status, 429);
+    assert.match(blocked.text, /TOOMANYREQUESTS/);
+    assert.equal((await v2(basic('erin', erin))).status, 200, "erin's token was seen valid: it passes");
+    const fay = await guard.user('fay');
+    assert.equal((await v2(basic('fay', fay))).status, 429, 'a token not seen yet waits like a guess');
+  } finally {
+    await guard.close();
+  }
+});
+
 test('AuthFailureLimit forgets an address when its window ends', async () => {
   const { AuthFailureLimit } = await import('../../src/api/rate-limit.js');
   const l = new AuthFailureLimit({ max: 1, windowMs: 1000 });
