@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(qemu-system-x86 qemu-utils e2fsprogs iproute2 nftables busybox-static cpio gzip zstd lz4 xz-utils binutils curl ca-certificates pebble haproxy)
-# What only the test command needs (`install.sh --test`): a throwaway PostgreSQL server per test run.
-TEST_PACKAGES=(postgresql skopeo)
+# What only the test command needs (`install.sh --test`): a throwaway PostgreSQL server per test run;
+# skopeo and docker-registry, the real registry clients and the registry the registry tests use.
+TEST_PACKAGES=(postgresql skopeo docker-registry)
 if [ "${1:-}" = --test ]; then
   APT_PACKAGES+=("${TEST_PACKAGES[@]}")
   # Debian's package would create and start a default cluster; the tests start their own servers.
@@ -25,7 +26,15 @@ if ((${#missing[@]})); then
   echo "==> installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
+  # No package may start a service of its own (docker-registry would listen on :5000): tests start what they use.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    trap '$SUDO rm -f "$policy"' EXIT
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null && $SUDO chmod 755 "$policy"
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ -n "$policy" ]; then $SUDO rm -f "$policy"; trap - EXIT; fi
 fi
 
 # npm dependencies: reinstall only when package-lock.json changed since the last install.

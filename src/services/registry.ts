@@ -15,7 +15,7 @@ import {
 } from '../domain/registry.js';
 import { candidates, pickPlatform } from '../images/import-oci.js';
 import { ImageLayout } from '../images/layout.js';
-import { INDEX_TYPES, MANIFEST_TYPES, type Descriptor, type Index, type Manifest } from '../images/oci.js';
+import { INDEX_TYPES, MANIFEST_TYPES, MT, type Descriptor, type Index, type Manifest } from '../images/oci.js';
 import { UploadLimit, Uploads, type UploadMeta } from '../images/uploads.js';
 import type { RegistryLinkRec, Tx, UserRec } from '../store/types.js';
 import type { ServiceBase } from './deps.js';
@@ -381,7 +381,16 @@ export class RegistryService {
     contentType: string | undefined,
     body: Buffer,
   ): Promise<{ digest: string; subject?: string }> {
-    const repo = this.authorize(who, name, 'push');
+    return this.storeManifest(this.authorize(who, name, 'push'), reference, contentType, body);
+  }
+
+  /** putManifest once the caller is authorized (also the operator's ingest of layouts). */
+  private async storeManifest(
+    repo: Repo,
+    reference: string,
+    contentType: string | undefined,
+    body: Buffer,
+  ): Promise<{ digest: string; subject?: string }> {
     const ref = parseReference(reference);
     const mediaType = (contentType ?? '').split(';')[0]!.trim() || this.guessType(body);
     if (!MANIFEST_MEDIA_TYPES.includes(mediaType)) {
@@ -419,6 +428,50 @@ export class RegistryService {
     });
     const subject = (doc as { subject?: Descriptor }).subject?.digest;
     return subject ? { digest, subject } : { digest };
+  }
+
+  /**
+   * Stores an OCI layout (a directory) in repository `name` under `tag`, as
+   * an operator: every blob copied and verified, linked (quota counted), the
+   * manifests stored children first. One manifest in index.json is tagged
+   * itself; several are tagged through an index of them. What `unihost image
+   * pull` and `image import --oci` use. Returns the tagged digest.
+   */
+  async ingestLayout(name: string, tag: string, dir: string): Promise<string> {
+    const repo = parseRepo(name);
+    parseReference(tag);
+    await this.init();
+    const { readFile } = await import('node:fs/promises');
+    const path = (d: string) => join(dir, 'blobs', 'sha256', checkDigest(d, 'layout digest').slice(7));
+    let index: Index;
+    try {
+      index = JSON.parse(await readFile(join(dir, 'index.json'), 'utf8')) as Index;
+    } catch {
+      throw new RegistryError('MANIFEST_INVALID', `${dir} is not an OCI layout: index.json is missing or not JSON`);
+    }
+    if (!Array.isArray(index.manifests) || index.manifests.length === 0)
+      throw new RegistryError('MANIFEST_INVALID', `${dir}: index.json lists no manifests`);
+    const store = async (d: Descriptor, ref: string, depth = 0): Promise<string> => {
+      if (depth > 4) throw new RegistryError('MANIFEST_INVALID', `${dir} nests indexes deeper than 4`);
+      const body = await readFile(path(d.digest)).catch(() => {
+        throw new RegistryError('MANIFEST_BLOB_UNKNOWN', `${dir} lacks manifest ${d.digest}`);
+      });
+      const doc = JSON.parse(body.toString('utf8')) as Partial<Manifest & Index>;
+      if (INDEX_TYPES.includes(d.mediaType)) {
+        for (const m of doc.manifests ?? []) await store(m, m.digest, depth + 1);
+      } else {
+        for (const b of [doc.config, ...(doc.layers ?? [])]) {
+          if (!b) throw new RegistryError('MANIFEST_INVALID', `manifest ${d.digest} has no config`);
+          const got = await this.layout.putFile(path(b.digest), { digest: b.digest, size: b.size });
+          await this.deps.store.tx((tx) => this.linkInTx(tx, repo, got.digest, got.size, null));
+        }
+      }
+      return (await this.storeManifest(repo, ref, d.mediaType, body)).digest;
+    };
+    if (index.manifests.length === 1) return store(index.manifests[0]!, tag);
+    for (const m of index.manifests) await store(m, m.digest);
+    const top = Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT.index, manifests: index.manifests }));
+    return (await this.storeManifest(repo, tag, MT.index, top)).digest;
   }
 
   private guessType(body: Buffer): string {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -9,7 +9,8 @@ import { promisify } from 'node:util';
 import { kraftkitLayout, multibootKernel } from '../../src/images/testing/fixtures.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { runCli } from '../helpers/cli.js';
-import { requirePart } from '../helpers/require.js';
+import { hasDockerRegistry, startDockerRegistry } from '../helpers/docker-registry.js';
+import { requireAll, requirePart } from '../helpers/require.js';
 import { simMachines } from '../helpers/sim-machines.js';
 
 const run = promisify(execFile);
@@ -149,5 +150,66 @@ describe('the registry with a real client (skopeo)', { skip }, () => {
     const del = await runCli(['image', 'delete', 'alice/cli:1'], env);
     assert.equal(del.code, 0, del.stderr);
     assert.equal(await h.daemon.store.read((tx) => tx.images.tag('alice/cli:1')), undefined);
+  });
+
+  test('image pull copies from another registry (docker-registry on loopback), with and without auth', async (t) => {
+    if (!hasDockerRegistry()) {
+      assert.equal(requireAll(), false, 'docker-registry (Debian package docker-registry) is required');
+      return t.skip('docker-registry is not installed (Debian package docker-registry)');
+    }
+    const src = join(files, 'pull-src');
+    const { digests } = await kraftkitLayout(src, [
+      { os: 'fc', architecture: 'x86_64', kernel: multibootKernel('pulled fc') },
+      { os: 'qemu', architecture: 'x86_64', kernel: multibootKernel('pulled qemu') },
+    ]);
+    // a two-platform index (kraftkit's form) in the source registry
+    const index = join(files, 'pull-index');
+    cpSync(src, index, { recursive: true });
+    const top = Buffer.from(readFileSync(join(src, 'index.json')));
+    writeFileSync(join(index, 'blobs', 'sha256', sha(top).slice(7)), top);
+    writeFileSync(
+      join(index, 'index.json'),
+      JSON.stringify({
+        schemaVersion: 2,
+        manifests: [{ mediaType: 'application/vnd.oci.image.index.v1+json', digest: sha(top), size: top.length }],
+      }),
+    );
+    const store2 = h.storeUrl ? ['--store', h.storeUrl] : [];
+    for (const auth of [undefined, { user: 'puller', password: 'pull-secret' }]) {
+      const reg = await startDockerRegistry(auth);
+      try {
+        const creds = auth ? ['--dest-creds', `${auth.user}:${auth.password}`] : [];
+        await skopeo(
+          'copy',
+          '--all',
+          '--preserve-digests',
+          '--dest-tls-verify=false',
+          ...creds,
+          `oci:${index}`,
+          `docker://${reg.host}/lib/app:2`,
+        );
+        const tag = auth ? 'auth' : 'open';
+        const base = ['image', '--data-dir', h.dataDir, ...store2, 'pull', '--no-tls-verify'];
+        if (auth) {
+          const no = await runCli([...base, `${reg.host}/lib/app:2`, '--as', `alice/pulled:${tag}`]);
+          assert.notEqual(no.code, 0, 'without credentials the source refuses');
+        }
+        const r = await runCli([
+          ...base,
+          ...(auth ? ['--creds', `${auth.user}:${auth.password}`] : []),
+          `${reg.host}/lib/app:2`,
+          '--as',
+          `alice/pulled:${tag}`,
+        ]);
+        assert.equal(r.code, 0, r.stderr);
+        assert.match(r.stdout, /a platform image/);
+        const t = await h.daemon.store.read((tx) => tx.images.tag(`alice/pulled:${tag}`));
+        assert.equal(t?.digest, digests[1], 'the qemu manifest of the pulled index');
+        const man = await h.daemon.store.read((tx) => tx.registry.tag('alice/pulled', tag));
+        assert.equal(man?.digest, sha(top), 'the index keeps its digest');
+      } finally {
+        await reg.stop();
+      }
+    }
   });
 });

@@ -3,6 +3,7 @@ import { registerImageImport } from './import.js';
 import { registerImageImportGuest } from './import-guest.js';
 import { registerImageList } from './list.js';
 import { registerImageGc } from './gc.js';
+import { registerImagePull } from './pull.js';
 import { registerImageDelete, registerImagePush } from './push.js';
 import { addClientOptions } from '../shared/context.js';
 
@@ -28,4 +29,5 @@ export function registerImage(program: Command): void {
   registerImagePush(image);
   registerImageDelete(image);
   registerImageGc(image);
+  registerImagePull(image);
 }
