@@ -162,8 +162,7 @@ export class RegistryService {
   /** Links content into a repository inside `tx`, refusing it when it would pass the namespace's quota. */
   private async linkInTx(tx: Tx, repo: Repo, digest: string, size: number, mediaType: string | null): Promise<void> {
     await tx.lock('registry');
-    const ns = await tx.registry.links();
-    const counted = ns.some((l) => l.namespace === repo.namespace && l.digest === digest);
+    const counted = await tx.registry.inNamespace(repo.namespace, digest);
     if (!counted && size > (await this.room(tx, repo.namespace))) {
       throw new RegistryError(
         'DENIED',

@@ -486,6 +486,8 @@ export interface Tx {
   registry: {
     link(rec: RegistryLinkRec): Promise<void>;
     getLink(repo: string, digest: string): Promise<RegistryLinkRec | undefined>;
+    /** whether any repository of `namespace` holds `digest` already (it counts toward the quota once) */
+    inNamespace(namespace: string, digest: string): Promise<boolean>;
     unlink(repo: string, digest: string): Promise<void>;
     /** every link of one repository, or of all */
     links(repo?: string): Promise<RegistryLinkRec[]>;

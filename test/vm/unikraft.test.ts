@@ -4,7 +4,8 @@
  * QEMU, bridge, taps and gateway, inside a network namespace this test
  * creates and deletes (test/helpers/netns.ts).
  *
- * Proves: the boot choice per image; helloworld halts with reason OK and a
+ * Proves: the boot choice per image; an image pushed to the registry by its
+ * user (the CLI's `image push`) boots and serves; helloworld halts with reason OK and a
  * console without firmware text; c-http accepts on its private IP the moment
  * create-with-wait answers `running` (one connect, no retry) and serves
  * through the gateway over TLS; a non-forced stop of c-http ends at once with
@@ -22,6 +23,7 @@ import { Agent, request } from 'undici';
 import { defaultControllers } from '../../src/controllers.js';
 import { chooseBoot } from '../../src/machines/qemu/choose.js';
 import type { GatewayController } from '../../src/reconcile/gateway.js';
+import { runCli } from '../helpers/cli.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
 import { closeVmHarness, poll, unikraftDir } from '../helpers/vm.js';
@@ -73,6 +75,12 @@ if (!insideTestNetns()) {
       await images.importKernel('helloworld:latest', { kernel: kernel('helloworld'), ...hello.choice });
       await images.importKernel('c-http:latest', { kernel: kernel('c-http'), ports: [8080], ...http.choice });
       await images.importKernel('crash-abort:latest', { kernel: kernel('crash-abort') });
+      // c-http once more as a user ships it: pushed to the platform's registry by the CLI (packed as kraftkit does)
+      const push = await runCli(['image', 'push', kernel('c-http'), 'uk/c-http:1', '--port', '8080'], {
+        UKC_METRO: h.url,
+        UKC_TOKEN: t,
+      });
+      assert.equal(push.code, 0, push.stderr);
       // a text file: without a machine the import refuses it; forced onto `pc`, QEMU refuses it
       // (random bytes would be loaded as an ancient zImage and run: a hang, not a refusal)
       const junk = join(h.dataDir, 'not-a-kernel');
@@ -107,10 +115,10 @@ if (!insideTestNetns()) {
       assert.match(con, /Hello from Unikraft!/);
     });
 
-    test('c-http: accepts on its private IP the moment create-with-wait answers running; TLS through the gateway; stop ends at once', async () => {
+    test('c-http, pushed by its user: accepts on its private IP the moment create-with-wait answers running; TLS through the gateway; stop ends at once', async () => {
       const r = await h.call('POST', '/v1/instances', t, {
         name: 'web',
-        image: 'c-http:latest',
+        image: 'uk/c-http:1',
         memory_mb: 16,
         service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
         autostart: true,

@@ -349,6 +349,9 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       },
       getLink: (repo, digest) =>
         one<RegistryLinkRec>('SELECT * FROM registry_links WHERE repo=$1 AND digest=$2', repo, digest),
+      inNamespace: async (namespace, digest) =>
+        (await q('SELECT 1 FROM registry_links WHERE namespace=$1 AND digest=$2 LIMIT 1', [namespace, digest])).length >
+        0,
       unlink: async (repo, digest) => {
         cur();
         await q('DELETE FROM registry_links WHERE repo=$1 AND digest=$2', [repo, digest]);

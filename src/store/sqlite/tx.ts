@@ -383,6 +383,9 @@ export function makeTx(
       },
       getLink: async (repo, digest) =>
         one<RegistryLinkRec>(S.registryLinks, 'SELECT * FROM registry_links WHERE repo=? AND digest=?', repo, digest),
+      inNamespace: async (namespace, digest) =>
+        prep('SELECT 1 FROM registry_links WHERE namespace=? AND digest=? LIMIT 1').get(namespace, digest) !==
+        undefined,
       unlink: async (repo, digest) => {
         cur();
         prep('DELETE FROM registry_links WHERE repo=? AND digest=?').run(repo, digest);
