@@ -152,7 +152,7 @@ describe('request parsing', () => {
       ['GET', '/v1/instances/start'],
       ['DELETE', '/v1/instances/list'],
       ['GET', '/v1/nothing'],
-      ['GET', '/v2/instances'],
+      ['GET', '/v3/instances'], // /v2/ is the OCI registry's (docs/registry.md)
       ['GET', '/v1/instances/a/b/c/d'],
     ]) {
       const r = await h.call(m!, p!, token);
