@@ -123,6 +123,11 @@ export interface GatewayConfig {
   portOffset: number;
   /** HAProxy worker threads; 0 = chosen from the host's CPUs (gatewayThreads, docs/gateway.md) */
   threads: number;
+  /**
+   * Public ports tenants may publish: single ports and `a-b` ranges
+   * (docs/operations.md, "Ports"). The API's own port is never allowed.
+   */
+  allowedPorts: string[];
 }
 
 /**
@@ -229,6 +234,7 @@ export const DEFAULTS: Config = {
     listen: '127.0.0.1',
     portOffset: 0,
     threads: 0,
+    allowedPorts: ['80', '443', '1024-65535'],
     wake: { timeoutMs: 10_000, maxHeldPerGroup: 1000 },
   },
   acme: {

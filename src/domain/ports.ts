@@ -1,3 +1,4 @@
+import type { Config } from '../config.js';
 import { err } from '../errors.js';
 import type { ServiceEntry } from '../store/types.js';
 
@@ -67,11 +68,42 @@ function checkOne(s: ServiceIn): ServiceEntry {
   return { port: s.port, destination_port: destination, handlers };
 }
 
+/** Which public ports tenants may publish (the operator's `gateway.allowedPorts`, less the platform's own). */
+export interface PortPolicy {
+  /** single ports and `a-b` ranges */
+  allowed: readonly string[];
+  /** ports the platform itself listens on (the API) */
+  taken: readonly number[];
+}
+
+/** The port policy of a configuration: the operator's open ports, less the API's own. */
+export function portPolicy(config: Pick<Config, 'listen' | 'gateway'>): PortPolicy {
+  const apiPort = Number(/:(\d+)$/.exec(config.listen)?.[1] ?? 0);
+  return { allowed: config.gateway.allowedPorts, taken: apiPort > 0 ? [apiPort] : [] };
+}
+
+/** Refuses a port outside the policy, saying which ports are open. */
+export function checkPortPolicy(port: number, p: PortPolicy): void {
+  const open = p.allowed.some((r) => {
+    const [a, b] = r.split('-').map(Number) as [number, number | undefined];
+    return port >= a && port <= (b ?? a);
+  });
+  if (p.taken.includes(port))
+    throw err('UH_INVALID', `port ${port} is the platform's own (its API listens there): publish another port`);
+  if (!open) {
+    throw err(
+      'UH_INVALID',
+      `port ${port} is not open to services on this platform (open: ${p.allowed.join(', ')}; the operator's gateway.allowedPorts)`,
+    );
+  }
+}
+
 /** Validates published services and fills in defaults; throws UH_INVALID naming the broken rule. */
-export function checkServices(services: ServiceIn[]): ServiceEntry[] {
+export function checkServices(services: ServiceIn[], policy?: PortPolicy): ServiceEntry[] {
   const ports = new Set<number>();
   return services.map((s) => {
     if (ports.has(s.port)) throw err('UH_INVALID', `port ${s.port} is published twice`);
+    if (policy) checkPortPolicy(s.port, policy);
     ports.add(s.port);
     return checkOne(s);
   });

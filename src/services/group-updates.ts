@@ -1,5 +1,5 @@
 import type { Target } from '../domain/refs.js';
-import { checkServices, type ServiceIn } from '../domain/ports.js';
+import { checkServices, portPolicy, type ServiceIn } from '../domain/ports.js';
 import { onlyOps, setInt, unsupported, type UpdateIn } from '../domain/updates.js';
 import { err } from '../errors.js';
 import { checkGroupLimits, MAX_LIMIT } from '../domain/group-limits.js';
@@ -73,7 +73,7 @@ async function updateServices(deps: Deps, tx: Tx, user: UserRec, g: ServiceGroup
         "update of 'services': the value is an array of services ({port, destination_port, handlers})",
       );
     const given = list as ServiceIn[];
-    next = checkServices(u.op === 'set' ? given : [...g.services, ...given]);
+    next = checkServices(u.op === 'set' ? given : [...g.services, ...given], portPolicy(deps.config));
   }
   const added = next.length - g.services.length;
   if (added > 0) await assertQuota(tx, deps.config, user, { services: added });

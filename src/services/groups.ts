@@ -3,7 +3,7 @@ import type { Target } from '../domain/refs.js';
 import { randomSuffix, serviceGroupDefaultName } from '../domain/names.js';
 import { parseDomain, type DomainIn } from '../domain/domains.js';
 import { checkGroupLimits } from '../domain/group-limits.js';
-import { checkServices, type ServiceIn } from '../domain/ports.js';
+import { checkServices, portPolicy, type PortPolicy, type ServiceIn } from '../domain/ports.js';
 import { refTarget } from '../domain/refs.js';
 import { err } from '../errors.js';
 import type { ServiceEntry, ServiceGroupRec, Tx, UserRec } from '../store/types.js';
@@ -33,8 +33,13 @@ export { findGroup };
  * the domains of earlier entries of the same request. Returns the services
  * with defaults filled in.
  */
-export function checkGroupDescription(d: GroupDescription, metro: string, seen = new Set<string>()): ServiceEntry[] {
-  const services = checkServices(d.services ?? []);
+export function checkGroupDescription(
+  d: GroupDescription,
+  metro: string,
+  seen = new Set<string>(),
+  policy?: PortPolicy,
+): ServiceEntry[] {
+  const services = checkServices(d.services ?? [], policy);
   checkGroupLimits(d.soft_limit ?? null, d.hard_limit ?? null, 'service group');
   for (const dom of d.domains ?? []) {
     const { fqdn, custom } = parseDomain(dom.name, metro);
@@ -77,7 +82,7 @@ export class GroupService {
 
   /** Creates a group inside `tx`: quotas, name and domain uniqueness, port rules, certificates. */
   async createInTx(tx: Tx, user: UserRec, d: GroupDescription, persistent: boolean): Promise<ServiceGroupRec> {
-    const services = checkGroupDescription(d, this.deps.config.metroDomain);
+    const services = checkGroupDescription(d, this.deps.config.metroDomain, undefined, portPolicy(this.deps.config));
     await assertQuota(tx, this.deps.config, user, { service_groups: 1, services: services.length });
     const name = d.name ?? serviceGroupDefaultName();
     if (await tx.groups.getByName(user.id, name))

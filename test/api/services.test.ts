@@ -132,6 +132,27 @@ describe('create', () => {
     bad(await create(alice, { services: [{ port: 70000, handlers: ['tls'] }] }), /port/);
   });
 
+  test("ports outside the operator's open ports (gateway.allowedPorts) are refused naming them; the API's own port too", async () => {
+    bad(
+      await create(alice, { services: [{ port: 22, handlers: ['tls'] }] }),
+      /port 22 is not open to services on this platform \(open: 80, 443, 1024-65535/,
+    );
+    bad(await create(alice, { services: [{ port: 1023, handlers: ['tls'] }] }), /port 1023 is not open/);
+    const g = await h.call('POST', '/v1/services', alice, { services: [{ port: 1024, handlers: ['tls'] }] });
+    assert.equal(g.body.status, 'success', g.text);
+    // adding a closed port by an update is refused the same way
+    const u = await h.call('PATCH', '/v1/services', alice, {
+      uuid: g.body.data.service_groups[0].uuid,
+      prop: 'services',
+      op: 'add',
+      value: [{ port: 25, handlers: ['tls'] }],
+    });
+    assert.match(u.text, /port 25 is not open/);
+    const { checkPortPolicy } = await import('../../src/domain/ports.js');
+    assert.throws(() => checkPortPolicy(7878, { allowed: ['1024-65535'], taken: [7878] }), /platform's own/);
+    assert.doesNotThrow(() => checkPortPolicy(2000, { allowed: ['1999-2001'], taken: [7878] }));
+  });
+
   test('a group name taken by the same user is a per-entry error; another user may use it', async () => {
     ok(await create(alice, { name: 'dup-name', services: [] }));
     entryError(await create(alice, { name: 'dup-name', services: [] }), 23, /already exists/);

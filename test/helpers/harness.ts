@@ -56,7 +56,9 @@ export async function testStoreUrl(): Promise<string> {
   return testPostgres().createDb();
 }
 
-type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
+type DeepPartial<T> = {
+  [K in keyof T]?: T[K] extends readonly unknown[] ? T[K] : T[K] extends object ? DeepPartial<T[K]> : T[K];
+};
 
 /**
  * Starts a real daemon (real HTTP on port 0, real SQLite in a temp dir).

@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint } from '../endpoint.js';
 import { Bool, Int, Name, Opt, PolicyName, Ref, Str, Summary, Uuid } from '../schemas/common.js';
+import { portPolicy } from '../../domain/ports.js';
 import { checkGroupDescription, type GroupDescription } from '../../services/groups.js';
 import { checkAutoscaleParams, type AutoscaleIn } from '../../services/autoscale.js';
 import { checkPolicy, type PolicyIn } from '../../domain/steps.js';
@@ -127,7 +128,8 @@ export const serviceEndpoints = [
       { additionalProperties: false },
     ),
     handleAll: checkedEach<GroupDescription>(
-      (d, ctx, seen) => void checkGroupDescription(d, ctx.services.config.metroDomain, seen),
+      (d, ctx, seen) =>
+        void checkGroupDescription(d, ctx.services.config.metroDomain, seen, portPolicy(ctx.services.config)),
       async (ctx, e) => ctx.services.groups.create(ctx.user, e.params),
     ),
     response: Summary,

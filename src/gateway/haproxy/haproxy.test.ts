@@ -426,4 +426,41 @@ describe('gateway on HAProxy: free ports', () => {
       await plane.close();
     }
   });
+
+  test('a port HAProxy cannot bind (another process holds it) leaves the other ports working, now and after', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-blocked-'));
+    dirs.push(dir);
+    // public 8081 is mapped to the squatter's port: it can never be bound
+    const plane = await testPlane(dir, table, { portMap: (p) => (p === 8081 ? taken : 0) });
+    try {
+      const [r80] = await plane.setRoutes(first());
+      assert.equal(r80?.error, undefined);
+      const pid = plane.pid();
+      const res = await plane.setRoutes([
+        ...first(),
+        route('gF', 8081, a[0].port, ['http'], [A]),
+        route('gF', 8082, a[0].port, ['http'], [A]),
+      ]);
+      const by = new Map(res.map((r) => [r.port, r]));
+      assert.match(by.get(8081)?.error ?? '', new RegExp(`cannot listen on 127\\.0\\.0\\.1:${taken}`));
+      assert.equal(by.get(80)?.error, undefined);
+      assert.equal(by.get(8082)?.error, undefined, `8082: ${by.get(8082)?.error}`);
+      assert.equal((await request(by.get(8082)!.boundPort!, A)).status, 200, 'the port added beside it works');
+      assert.equal((await request(r80!.boundPort!, A)).status, 200);
+      assert.equal(plane.pid(), pid, 'the same master');
+      // a later change for another port is not blocked by the bad one either
+      const more = await plane.setRoutes([
+        ...first(),
+        route('gF', 8081, a[0].port, ['http'], [A]),
+        route('gF', 8082, a[0].port, ['http'], [A]),
+        route('gF', 8083, a[0].port, ['http'], [A]),
+      ]);
+      const r8083 = more.find((r) => r.port === 8083)!;
+      assert.equal(r8083.error, undefined);
+      assert.equal((await request(r8083.boundPort!, A)).status, 200);
+      assert.match(more.find((r) => r.port === 8081)?.error ?? '', /cannot listen/);
+    } finally {
+      await plane.close();
+    }
+  });
 });

@@ -25,6 +25,11 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
   pickPort?: (host: string) => Promise<number>;
 }
 
+/** HAProxy's refusal to bind a frontend's port: public port, reason, address. */
+const BIND_FAILED = /for frontend p(\d+)(?:_tls)?: cannot bind socket \(([^)]+)\) for \[([^\]]+)\]/;
+/** A port that could not be bound is tried again after this long (each try costs a failed reload). */
+const BLOCK_RETRY_MS = 60_000;
+
 /**
  * The data plane on HAProxy (docs/gateway.md). The route table's shape (ports, their modes, and
  * pools of backends per port: slots.ts) is rendered into haproxy.cfg and
@@ -62,6 +67,8 @@ export class HaproxyDataPlane implements DataPlane {
   private poll: NodeJS.Timeout | null = null;
   private polling = false;
   private readonly drainPending = new Set<string>();
+  /** public ports HAProxy could not bind, left out until `until` */
+  private readonly blocked = new Map<number, { error: string; until: number }>();
   private readonly pickPort = () => (this.o.pickPort ?? freePort)(this.o.listenHost);
 
   constructor(private readonly o: HaproxyPlaneOptions) {
@@ -90,8 +97,16 @@ export class HaproxyDataPlane implements DataPlane {
 
   private async applyRoutes(routes: Route[]): Promise<ListenResult[]> {
     if (this.closed) throw new Error('gateway is closed');
-    this.routes = routes.map((r) => ({ ...r, fqdns: r.fqdns.map((x) => x.toLowerCase().replace(/\.$/, '')) }));
+    const now = Date.now();
+    for (const [p, b] of this.blocked) if (b.until <= now) this.blocked.delete(p);
+    const all = routes.map((r) => ({ ...r, fqdns: r.fqdns.map((x) => x.toLowerCase().replace(/\.$/, '')) }));
+    // a port HAProxy could not bind lately is left out (tried again after BLOCK_RETRY_MS): it must not hold up the others
+    this.routes = all.filter((r) => !this.blocked.has(r.port));
     const results: ListenResult[] = [];
+    for (const p of new Set(all.map((r) => r.port))) {
+      const b = this.blocked.get(p);
+      if (b) results.push({ port: p, error: b.error });
+    }
     const ports = new Set(this.routes.map((r) => r.port));
     for (const p of this.bound.keys()) if (!ports.has(p)) this.bound.delete(p);
     const picked: number[] = []; // ports mapped to 0: another process can take one before HAProxy binds it
@@ -102,7 +117,24 @@ export class HaproxyDataPlane implements DataPlane {
       this.bound.set(p, want === 0 ? await this.pickPort() : want);
     }
     try {
-      await this.applyPicking(picked);
+      for (let tries = 0; ; tries++) {
+        try {
+          await this.applyPicking(picked);
+          break;
+        } catch (e) {
+          // a fixed port another process holds (or one we may not bind): leave it out, keep the rest
+          const m = BIND_FAILED.exec((e as Error).message);
+          const port = m ? Number(m[1]) : NaN;
+          if (!m || !ports.has(port) || picked.includes(port) || tries >= 8) throw e;
+          const error = `cannot listen on ${m[3]}: ${m[2]}`;
+          this.o.log.error({ port, error }, 'gateway: a published port cannot be bound; the others go on');
+          this.blocked.set(port, { error, until: Date.now() + BLOCK_RETRY_MS });
+          results.push({ port, error });
+          ports.delete(port);
+          this.bound.delete(port);
+          this.routes = this.routes.filter((r) => r.port !== port);
+        }
+      }
       for (const p of ports) results.push({ port: p, boundPort: this.bound.get(p) });
     } catch (e) {
       const error = (e as Error).message;
@@ -118,7 +150,9 @@ export class HaproxyDataPlane implements DataPlane {
     try {
       await this.apply();
     } catch (e) {
-      if (picked.length === 0 || attempt >= 3 || !/Address already in use/.test((e as Error).message)) throw e;
+      const failed = BIND_FAILED.exec((e as Error).message);
+      const mine = failed === null || picked.includes(Number(failed[1])); // older HAProxy messages name no frontend
+      if (picked.length === 0 || attempt >= 3 || !mine || !/Address already in use/.test((e as Error).message)) throw e;
       this.o.log.warn({ ports: picked }, 'gateway: a free port was taken before haproxy bound it; picking again');
       for (const p of picked) this.bound.set(p, await this.pickPort());
       return this.applyPicking(picked, attempt + 1);
