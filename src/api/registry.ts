@@ -295,7 +295,8 @@ export function registerRegistry(app: FastifyInstance, services: Services, failu
         if (r) void reply.code(206).header('content-range', `bytes ${r.start}-${r.end}/${b.size}`);
         void reply.header('content-length', String(r ? r.end - r.start + 1 : b.size));
         if (method === 'HEAD') return reply.send();
-        return reply.send(createReadStream(b.path, r ?? {}));
+        // large reads: fewer, bigger writes to the socket (with the default 64 KiB a 256 MiB pull ran at 0.57x docker-registry, bench/registry)
+        return reply.send(createReadStream(b.path, { ...r, highWaterMark: 4 * 1024 * 1024 }));
       }
       if (kind === 'uploads') {
         if (method !== 'POST') bad();
