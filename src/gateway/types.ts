@@ -63,6 +63,10 @@ export interface GatewayLimits {
   upstreamHeadersTimeoutMs: number;
   /** time a request may wait in a group's queue (soft limit reached) before it gets 503 */
   queueTimeoutMs: number;
+  /** after a reload, the longest the old worker keeps serving its open connections */
+  hardStopAfterMs: number;
+  /** reloads an old worker outlives at most (HAProxy `mworker-max-reloads`) */
+  maxReloads: number;
 }
 
 export const DEFAULT_LIMITS: GatewayLimits = {
@@ -77,6 +81,8 @@ export const DEFAULT_LIMITS: GatewayLimits = {
   connectTimeoutMs: 5_000,
   upstreamHeadersTimeoutMs: 120_000,
   queueTimeoutMs: 30_000,
+  hardStopAfterMs: 600_000,
+  maxReloads: 5,
 };
 
 export interface GatewayOptions {

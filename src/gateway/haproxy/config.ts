@@ -97,7 +97,10 @@ function globalSection(s: PlaneState, f: PlaneFiles): string[] {
     // up to twice the limit (beyond the buffer HAProxy itself answers 400). A buffer of 16 KiB instead
     // measured 4-8 % more requests/s, too little to give up the 431 for heads just over the limit.
     `  tune.bufsize ${Math.max(16384, l.maxHeaderSize * 2 + 1024)}`,
-    '  hard-stop-after 1h',
+    // An old worker (one per reload) keeps its connections at most this long, and through at most
+    // this many later reloads: a burst of reloads cannot pile up workers and their memory.
+    `  hard-stop-after ${sec(l.hardStopAfterMs)}`,
+    `  mworker-max-reloads ${l.maxReloads}`,
     '  log stderr format raw local0 err',
     '',
     // No `log global` in defaults: a proxy with a logger builds a log line for every request even

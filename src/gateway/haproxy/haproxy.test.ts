@@ -464,3 +464,82 @@ describe('gateway on HAProxy: free ports', () => {
     }
   });
 });
+
+describe('gateway on HAProxy: reloads are bounded', () => {
+  /** Worker processes of a HAProxy master, from /proc. */
+  const workers = async (master: number): Promise<number> => {
+    const { readdir, readFile } = await import('node:fs/promises');
+    let n = 0;
+    for (const pid of await readdir('/proc')) {
+      if (!/^\d+$/.test(pid)) continue;
+      const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+      // the fields after the command (which may hold spaces) start with the state, then the parent
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === master) n++;
+    }
+    return n;
+  };
+
+  test('old workers holding connections are ended after mworker-max-reloads further reloads', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-reloads-'));
+    const t = await backendPair('tcp', 'W');
+    const table = new BackendTable();
+    await table.set('gW', t);
+    const plane = await testPlane(dir, table, { limits: { maxReloads: 2 }, minReloadGapMs: 0 });
+    const held: import('node:tls').TLSSocket[] = [];
+    try {
+      const routes = [route('gW', 8443, t[0].port, ['tls'], [T])];
+      await plane.setRoutes(routes);
+      const master = plane.pid()!;
+      let most = 0;
+      for (let i = 0; i < 6; i++) {
+        // a long-lived connection on the current worker, then a reload (a new port)
+        const s = await tlsConnect(plane.boundPort(8443)!, T);
+        await readUntil(s, (x) => x.includes('hello from'));
+        held.push(s);
+        routes.push(route('gW', 9000 + i, t[0].port, ['tls'], [T]));
+        for (const r of await plane.setRoutes(routes)) assert.equal(r.error, undefined);
+        await new Promise((r) => setTimeout(r, 300));
+        most = Math.max(most, await workers(master));
+      }
+      // the current worker plus at most maxReloads old ones (each holding a connection)
+      assert.ok(most <= 3, `${most} workers at most (6 reloads, each leaving a busy worker behind)`);
+      assert.ok(most >= 2, `old workers do keep their connections for a while (${most})`);
+      assert.equal(plane.reloads, 6);
+    } finally {
+      for (const s of held) s.destroy();
+      await plane.close();
+      for (const x of t) await x.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('a burst of route tables is applied as the newest one: one or two reloads, not one each', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-burst-'));
+    const t = await backendPair('tcp', 'X');
+    const table = new BackendTable();
+    await table.set('gX', t);
+    const plane = await testPlane(dir, table);
+    try {
+      const base = [route('gX', 8443, t[0].port, ['tls'], [T])];
+      await plane.setRoutes(base);
+      const before = plane.reloads;
+      const tables = Array.from({ length: 8 }, (_, i) => [
+        ...base,
+        ...Array.from({ length: i + 1 }, (_, k) => route('gX', 9100 + k, t[0].port, ['tls'], [T])),
+      ]);
+      const all = await Promise.all(tables.map((r) => plane.setRoutes(r)));
+      assert.ok(plane.reloads - before <= 2, `${plane.reloads - before} reloads for 8 tables`);
+      const last = all.at(-1)!;
+      assert.equal(last.length, 9);
+      for (const r of last) assert.equal(r.error, undefined);
+      const s = await tlsConnect(plane.boundPort(9107)!, T);
+      assert.match(await readUntil(s, (x) => x.includes('hello from')), /hello from X[ab]/);
+      s.destroy();
+    } finally {
+      await plane.close();
+      for (const x of t) await x.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

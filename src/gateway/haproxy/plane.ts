@@ -21,12 +21,16 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
   statsIntervalMs?: number;
   /** HAProxy worker threads (`nbthread`); default: HAProxy's, one per CPU */
   threads?: number;
+  /** least time between two reloads (default 250 ms) */
+  minReloadGapMs?: number;
   /** picks the port for a public port mapped to 0 (default: one the OS reports free) */
   pickPort?: (host: string) => Promise<number>;
 }
 
 /** HAProxy's refusal to bind a frontend's port: public port, reason, address. */
 const BIND_FAILED = /for frontend p(\d+)(?:_tls)?: cannot bind socket \(([^)]+)\) for \[([^\]]+)\]/;
+/** Least time between two reloads (each leaves an old worker behind while its connections end). */
+const MIN_RELOAD_GAP_MS = 250;
 /** A port that could not be bound is tried again after this long (each try costs a failed reload). */
 const BLOCK_RETRY_MS = 60_000;
 
@@ -50,6 +54,12 @@ export class HaproxyDataPlane implements DataPlane {
   private readonly serial = pLimit(1);
   private closed = false;
   private started = false;
+  private lastReload = 0;
+  /** the newest route table not applied yet, and what the last apply gave */
+  private wanted: Route[] | null = null;
+  private lastResults: ListenResult[] = [];
+  /** reloads since start (tests, metrics) */
+  reloads = 0;
   private routes: Route[] = [];
   private bound = new Map<number, number>();
   private byPortHost = new Map<number, Map<string, Route>>();
@@ -90,9 +100,21 @@ export class HaproxyDataPlane implements DataPlane {
     });
   }
 
-  /** Replaces the route table and syncs the servers from backends(); one change at a time. */
+  /**
+   * Replaces the route table and syncs the servers from backends(); one
+   * change at a time. Tables that arrive while one is applied are folded:
+   * only the newest is applied next (one reload for a burst), and every
+   * caller gets the results of the table then in force.
+   */
   setRoutes(routes: Route[]): Promise<ListenResult[]> {
-    return this.serial(() => this.applyRoutes(routes));
+    this.wanted = routes;
+    return this.serial(async () => {
+      const next = this.wanted;
+      if (next === null) return this.lastResults; // a newer table was applied in our place
+      this.wanted = null;
+      this.lastResults = await this.applyRoutes(next);
+      return this.lastResults;
+    });
   }
 
   private async applyRoutes(routes: Route[]): Promise<ListenResult[]> {
@@ -274,7 +296,15 @@ export class HaproxyDataPlane implements DataPlane {
       const how = await this.proc.start();
       this.o.log.info({ pid: this.proc.pid, how }, 'gateway: haproxy running');
       this.started = true;
-    } else await this.proc.reload();
+    } else {
+      // Reloads are spaced: changes that arrive meanwhile queue behind this one and the
+      // controller folds them into one more sync, so a burst of new ports is one or two reloads.
+      const wait = this.lastReload + (this.o.minReloadGapMs ?? MIN_RELOAD_GAP_MS) - Date.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      await this.proc.reload();
+      this.lastReload = Date.now();
+      this.reloads++;
+    }
     this.maps = maps;
   }
 
