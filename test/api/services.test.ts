@@ -258,6 +258,17 @@ describe('domains', () => {
     assert.equal(await groupCount(bob), before);
   });
 
+  test('a name of several labels under the metro domain is refused, saying how to write what was meant', async () => {
+    const svc = [{ port: 443, handlers: ['http', 'tls'] }];
+    bad(
+      await create(alice, { services: svc, domains: [{ name: 'app.example.com' }] }),
+      /would be 'app\.example\.com\.[^']*'.*add a trailing dot \('app\.example\.com\.'\).* one label \('app-example-com'\)/,
+    );
+    bad(await create(alice, { services: svc, domains: [{ name: `x.shop.${metro}.` }] }), /has one label \('x-shop\./);
+    const ok = await create(alice, { services: svc, domains: [{ name: 'app-example-com' }] });
+    assert.equal(ok.body.status, 'success', ok.text);
+  });
+
   test('reserved labels under the metro domain are refused (code 24)', async () => {
     const svc = [{ port: 443, handlers: ['http', 'tls'] }];
     entryError(await create(alice, { services: svc, domains: [{ name: 'www' }] }), 24, /reserved/);
