@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import { registerAdmin } from './admin/users.js';
 import { registerCert } from './cert/index.js';
 import { registerCompletion } from './completion.js';
+import { registerDoctor } from './doctor.js';
 import { registerEvents } from './events/index.js';
 import { registerImage } from './image/index.js';
 import { registerInstance } from './instance/index.js';
@@ -32,6 +33,7 @@ export function buildCli(): Command {
   registerCert(program);
   registerQuota(program);
   registerEvents(program);
+  registerDoctor(program);
   registerCompletion(program);
   return program;
 }
