@@ -3,6 +3,7 @@ import { loadConfig, type Config } from '../../config.js';
 import { restrictFileModes } from '../../file-modes.js';
 import type { createServices } from '../../services/index.js';
 import type { Hard, Limits } from '../../store/types.js';
+import { registerInstallService } from './service.js';
 
 interface GlobalOpts {
   dataDir?: string;
@@ -91,6 +92,7 @@ export function registerAdmin(program: Command): void {
       });
     });
   registerTokens(user, admin);
+  registerInstallService(admin);
   user
     .command('list')
     .description('list users')
