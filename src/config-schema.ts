@@ -43,7 +43,7 @@ export const ConfigFileSchema = Obj({
   maxWaitsPerUser: Int(1),
   rateLimit: Obj({ max: Int(), windowMs: Int(1) }),
   authFailures: Obj({ max: Int(), windowMs: Int(1) }),
-  eventStreams: Obj({ perUser: Int(1) }),
+  eventStreams: Obj({ perUser: Int(1), retentionDays: Int(1) }),
   capacity: Obj({
     memoryMb: Int(),
     memoryFraction: Type.Number({ exclusiveMinimum: 0, maximum: 1 }),

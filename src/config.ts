@@ -28,7 +28,7 @@ export interface Config {
   /** failed authentications per client address and window; beyond, 429 (0 = off) */
   authFailures: { max: number; windowMs: number };
   /** open `GET /v1/events` streams one user may hold at once (docs/operations.md) */
-  eventStreams: { perUser: number };
+  eventStreams: { perUser: number; retentionDays: number };
   capacity: CapacityConfig;
   /** largest log chunk one request returns, bytes */
   maxLogChunk: number;
@@ -200,7 +200,7 @@ export const DEFAULTS: Config = {
   rateLimit: { max: 6000, windowMs: 60_000 },
   // Room for a mistyped token or a misconfigured script, not for guessing.
   authFailures: { max: 30, windowMs: 60_000 },
-  eventStreams: { perUser: 8 },
+  eventStreams: { perUser: 8, retentionDays: 30 },
   // The rest of the host's RAM stays for the kernel, the daemon and page cache.
   // 16 mostly idle unikernels per core, the allocation ratio clouds use for small VMs.
   capacity: { memoryMb: 0, memoryFraction: 0.8, vmOverheadMb: 48, vcpusPerCore: 16, cores: 0 },

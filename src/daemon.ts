@@ -61,6 +61,12 @@ function tlsFiles(config: Config): { cert: Buffer; key: Buffer } | undefined {
   return { cert: read(cert, 'certificate'), key: read(key, 'key') };
 }
 
+/** Removes events older than `days` (each user's newest stays); returns how many went. */
+export function pruneEvents(store: Store, days: number, now: number): Promise<number> {
+  const before = new Date(now - days * 86_400_000).toISOString();
+  return store.tx((tx) => tx.events.prune(before));
+}
+
 /**
  * Opens the store, wires the services, registers this host (agent role),
  * starts the controllers and the API (api role). Whatever started is stopped
@@ -76,7 +82,9 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   const started: Controller[] = [];
   let metrics: DaemonMetrics | undefined;
   let api: FastifyInstance | undefined;
+  let pruner: NodeJS.Timeout | undefined;
   const close = async () => {
+    clearInterval(pruner);
     await api?.close();
     metrics?.stop();
     for (const c of [...started].reverse()) await c.stop();
@@ -93,6 +101,14 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
     }
     metrics = new DaemonMetrics(store, services.figures);
     await metrics.start();
+    // the events log keeps eventStreams.retentionDays (each user's newest event stays: ids go on from it)
+    const prune = (): void =>
+      void pruneEvents(store, config.eventStreams.retentionDays, services.clock.now()).then(
+        (n) => n > 0 && logger.info({ events: n }, 'pruned old events'),
+        (e: unknown) => logger.warn({ err: e }, 'pruning events failed'),
+      );
+    prune();
+    pruner = setInterval(prune, 6 * 3600_000).unref();
     let url = '';
     if (config.roles.includes('api')) {
       api = buildApi({

@@ -43,7 +43,7 @@ function drained(w: ServerResponse): Promise<void> {
 /** Where to resume: `Last-Event-ID` (a reconnecting EventSource) wins over `from`; else only new events. */
 async function startId(req: FastifyRequest, q: Record<string, string>, services: Services): Promise<number> {
   const raw = (req.headers['last-event-id'] as string | undefined) ?? q.from;
-  if (raw === undefined) return services.store.read((tx) => tx.events.lastId());
+  if (raw === undefined) return services.store.read((tx) => tx.events.lastId(req.user!.id));
   if (!/^\d{1,15}$/.test(raw)) throw err('UH_INVALID', `'from' / Last-Event-ID: '${raw}' is not an event id`);
   return Number(raw);
 }

@@ -355,7 +355,7 @@ export interface UserTable<T extends { id: string; user_id: string; name: string
 
 /** One entry of the instance event log (appended by the store with the change itself). */
 export interface EventRec {
-  /** increasing, never reused: the SSE event id clients resume from */
+  /** the user's own numbering (1, 2, 3 ...), never reused: the SSE event id clients resume from */
   id: number;
   at: string;
   user_id: string;
@@ -396,8 +396,10 @@ export interface Tx {
   events: {
     /** The user's events after id `after` (exclusive), oldest first, at most `limit`. */
     after(userId: string, after: number, filter: EventFilter, limit: number): Promise<EventRec[]>;
-    /** The newest event id (0 when the log is empty). */
-    lastId(): Promise<number>;
+    /** The user's newest event id (0 when it has none). */
+    lastId(userId: string): Promise<number>;
+    /** Removes events older than `before` (ISO time), except each user's newest; returns how many went. */
+    prune(before: string): Promise<number>;
   };
   instances: Omit<UserTable<InstanceRec>, 'update'> & {
     /** services only: changes what the user asked for */

@@ -127,6 +127,23 @@ describe('GET /v1/events', () => {
     assert.equal(second.events.at(-1)!.event, 'deleted');
   });
 
+  test("ids are each user's own, 1, 2, 3 ...: nobody learns how busy the others are", async () => {
+    const mine = (await log()).map((e) => e.id);
+    assert.deepEqual(
+      mine,
+      mine.map((_, i) => i + 1),
+    );
+    const dora = await h.user('dora');
+    const doraId = (await h.daemon.store.read((tx) => tx.users.getByName('dora')))!.id;
+    ok(await h.call('POST', '/v1/instances', dora, { image: 'app:latest', name: 'd-count' }));
+    const hers = await h.daemon.store.read((tx) => tx.events.after(doraId, 0, {}, 10_000));
+    assert.deepEqual(
+      hers.map((e) => e.id),
+      [1],
+      "dora's first event is her 1, whatever alice did",
+    );
+  });
+
   test('`from` resumes like Last-Event-ID; without either only new events come', async () => {
     const truth = await log();
     const mid = truth[1]!.id;
@@ -209,5 +226,25 @@ describe('GET /v1/events', () => {
     } finally {
       for (const x of held) x.close();
     }
+  });
+});
+
+describe('events retention', () => {
+  test('old events are pruned, each user keeping its newest (its numbering goes on from there)', async () => {
+    const { pruneEvents } = await import('../../src/daemon.js');
+    const before = await log();
+    assert.ok(before.length >= 3);
+    // everything is "old" for a retention of 0 days seen from an hour ahead
+    const gone = await pruneEvents(h.daemon.store, 0, Date.now() + 3600_000);
+    assert.ok(gone >= before.length - 1, `${gone} pruned`);
+    const after = await log();
+    assert.deepEqual(
+      after.map((e) => e.id),
+      [before.at(-1)!.id],
+    );
+    ok(await h.call('POST', '/v1/instances', alice, { image: 'app:latest', name: 'after-prune' }));
+    assert.equal((await log()).at(-1)!.id, before.at(-1)!.id + 1, 'ids are not reused after a prune');
+    // a retention that keeps everything removes nothing
+    assert.equal(await pruneEvents(h.daemon.store, 30, Date.now()), 0);
   });
 });

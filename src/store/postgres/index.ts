@@ -324,9 +324,12 @@ export class PostgresStore implements Store {
     const e = p.events;
     if (e.length > 0)
       await q(
-        `INSERT INTO events (id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
+        `INSERT INTO events (id, user_seq, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
              stop_reason, exit_code, stop_code)
-           SELECT nextval('event_ids'), a, u, i, nm, g, ty, f, tt, sr, ec, sc
+           SELECT nextval('event_ids'),
+               coalesce((SELECT max(x.user_seq) FROM events x WHERE x.user_id = ev.u), 0)
+                 + row_number() OVER (PARTITION BY ev.u ORDER BY ev.n),
+               a, u, i, nm, g, ty, f, tt, sr, ec, sc
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
                $9::int[], $10::int[], $11::bigint[])
                WITH ORDINALITY AS ev(a, u, i, nm, g, ty, f, tt, sr, ec, sc, n)

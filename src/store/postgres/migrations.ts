@@ -228,4 +228,10 @@ export const PG_MIGRATIONS: string[] = [
     PRIMARY KEY (repo, tag)
   );
   `,
+  /* 4: SQLite migration 7 (event ids per user) */ `
+  ALTER TABLE events ADD COLUMN user_seq bigint;
+  UPDATE events e SET user_seq = r.n
+    FROM (SELECT id, row_number() OVER (PARTITION BY user_id ORDER BY id) AS n FROM events) r WHERE e.id = r.id;
+  CREATE INDEX events_user_seq ON events(user_id, user_seq);
+  `,
 ];

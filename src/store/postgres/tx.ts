@@ -248,8 +248,9 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
     events: {
       after: (userId, after, f, limit) =>
         many<EventRec>(
-          `SELECT * FROM events WHERE user_id=$1 AND id>$2 AND ($3::text IS NULL OR instance_id=$3)
-             AND ($4::text IS NULL OR instance_name=$4) AND ($5::text IS NULL OR group_id=$5) ORDER BY id LIMIT $6`,
+          `SELECT user_seq AS id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state, stop_reason, exit_code, stop_code FROM events
+             WHERE user_id=$1 AND user_seq>$2 AND ($3::text IS NULL OR instance_id=$3)
+             AND ($4::text IS NULL OR instance_name=$4) AND ($5::text IS NULL OR group_id=$5) ORDER BY user_seq LIMIT $6`,
           userId,
           after,
           f.instanceId ?? null,
@@ -257,7 +258,18 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
           f.groupId ?? null,
           limit,
         ),
-      lastId: async () => Number((await q('SELECT coalesce(max(id), 0) AS id FROM events'))[0]!.id),
+      lastId: async (userId) =>
+        Number((await q('SELECT coalesce(max(user_seq), 0) AS id FROM events WHERE user_id=$1', [userId]))[0]!.id),
+      prune: async (before) => {
+        cur();
+        const r = await q(
+          `WITH gone AS (DELETE FROM events WHERE at < $1
+             AND user_seq < (SELECT max(e2.user_seq) FROM events e2 WHERE e2.user_id = events.user_id) RETURNING 1)
+           SELECT count(*)::int AS n FROM gone`,
+          [before],
+        );
+        return Number(r[0]!.n);
+      },
     },
     instances,
     hosts: {

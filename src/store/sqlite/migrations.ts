@@ -294,4 +294,12 @@ export const MIGRATIONS: string[] = [
     PRIMARY KEY (repo, tag)
   );
   `,
+  /*
+   * 7: event ids per user (issue 26: a global id told every tenant how busy the platform is):
+   * `user_seq` numbers each user's events 1, 2, 3 ...; it is the id clients see and resume from.
+   */ `
+  ALTER TABLE events ADD COLUMN user_seq INTEGER;
+  UPDATE events SET user_seq = (SELECT count(*) FROM events e2 WHERE e2.user_id = events.user_id AND e2.id <= events.id);
+  CREATE INDEX events_user_seq ON events(user_id, user_seq);
+  `,
 ];

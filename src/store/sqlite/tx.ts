@@ -290,8 +290,9 @@ export function makeTx(
     events: {
       after: async (userId, after, f, limit) =>
         prep(
-          `SELECT * FROM events WHERE user_id=@u AND id>@after AND (@i IS NULL OR instance_id=@i)
-             AND (@n IS NULL OR instance_name=@n) AND (@g IS NULL OR group_id=@g) ORDER BY id LIMIT @limit`,
+          `SELECT user_seq AS id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state, stop_reason, exit_code, stop_code FROM events
+             WHERE user_id=@u AND user_seq>@after AND (@i IS NULL OR instance_id=@i)
+             AND (@n IS NULL OR instance_name=@n) AND (@g IS NULL OR group_id=@g) ORDER BY user_seq LIMIT @limit`,
         ).all({
           u: userId,
           after,
@@ -300,7 +301,12 @@ export function makeTx(
           g: f.groupId ?? null,
           limit,
         }) as EventRec[],
-      lastId: async () => (prep('SELECT coalesce(max(id), 0) AS id FROM events').get() as { id: number }).id,
+      lastId: async (userId) =>
+        (prep('SELECT coalesce(max(user_seq), 0) AS id FROM events WHERE user_id=?').get(userId) as { id: number }).id,
+      prune: async (before) => {
+        cur();
+        return prep(PRUNE_SQL.replace('$1', '?')).run(before).changes;
+      },
     },
     instances,
     hosts: {
@@ -432,6 +438,10 @@ export function makeTx(
     usage: async (userId) => prep(USAGE_SQL).get({ u: userId }) as Used,
   };
 }
+
+/** Events older than $1, except each user's newest (its id is where the user's numbering goes on). */
+const PRUNE_SQL = `DELETE FROM events WHERE at < $1
+  AND user_seq < (SELECT max(e2.user_seq) FROM events e2 WHERE e2.user_id = events.user_id)`;
 
 const USAGE_SQL = `SELECT
   (SELECT count(*) FROM instances WHERE user_id=@u) AS instances,
