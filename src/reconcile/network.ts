@@ -1,6 +1,8 @@
 import type { Controller, ControllerDeps } from './deps.js';
 import { macFor } from '../network/address.js';
 import { InternalDns } from '../network/dns.js';
+import { NameTable } from './dns-names.js';
+import { follow, RetryingQueue } from './engine.js';
 import type { NetworkDriver, TapSpec } from '../network/driver.js';
 import { tapName } from '../network/host.js';
 import type { InstanceRec } from '../store/types.js';
@@ -21,13 +23,28 @@ export interface NetworkHooks {
  */
 export class NetworkController implements Controller, NetworkHooks {
   private dns: InternalDns | null = null;
+  /** the `.internal` names, kept from the change feed (queries never read the store) */
+  readonly names = new NameTable();
+  private off: (() => void) | null = null;
+  private readonly queue: RetryingQueue;
 
   constructor(
     private readonly s: ControllerDeps,
     private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void },
     /** the host side of the network (src/drivers.ts picks it from `network.driver`) */
     readonly host: NetworkDriver,
-  ) {}
+  ) {
+    this.queue = new RetryingQueue(
+      (key) => this.refresh(key),
+      (_k, e) => log.warn({ err: e }, 'DNS name table: refresh failed'),
+    );
+  }
+
+  /** Re-reads one instance for the name table, or all of them (`*`). */
+  private async refresh(key: string): Promise<void> {
+    if (key === '*') this.names.reset(await this.s.store.read((tx) => tx.instances.all()));
+    else this.names.set(key, await this.s.store.read((tx) => tx.instances.getAny(key)));
+  }
 
   private spec(inst: InstanceRec): TapSpec {
     if (!inst.private_ip || !inst.nic_id) throw new Error(`instance ${inst.name} has no private address`);
@@ -43,6 +60,13 @@ export class NetworkController implements Controller, NetworkHooks {
     const r = await this.host.sync(expected);
     if (r.removed.length > 0) this.log.info({ removed: r.removed }, 'removed stray taps');
     if (this.s.config.network.dns && this.host.dnsHost) {
+      this.off = follow(this.s.store, {
+        kinds: ['instance'],
+        change: (c) => void this.queue.kick(c.id),
+        resync: () => void this.queue.kick('*'),
+        resyncMs: this.s.config.store.resyncMs,
+      });
+      this.names.reset(all);
       this.dns = new InternalDns({
         host: this.host.dnsHost,
         port: this.s.config.network.dnsPort,
@@ -55,16 +79,14 @@ export class NetworkController implements Controller, NetworkHooks {
   }
 
   async stop(): Promise<void> {
+    this.off?.();
+    await this.queue.stop();
     await this.dns?.stop();
   }
 
-  /** `<name>.internal` for the asking instance's own user only. */
-  private async resolve(clientIp: string, name: string): Promise<string | undefined> {
-    return this.s.store.read(async (tx) => {
-      const asker = await tx.instances.getByIp(clientIp);
-      if (!asker) return undefined;
-      return (await tx.instances.getByName(asker.user_id, name))?.private_ip ?? undefined;
-    });
+  /** `<name>.internal` for the asking instance's own user only: from memory, never a store read. */
+  private resolve(clientIp: string, name: string): Promise<string | undefined> {
+    return Promise.resolve(this.names.lookup(clientIp, name));
   }
 
   async attach(inst: InstanceRec): Promise<{ tap: string; mac: string; netdevIp: string }> {
