@@ -3,6 +3,7 @@ import { macFor, netdevIpArg, parseSubnet } from './address.js';
 import { CommandError, hostRunner, type Runner } from './cmd.js';
 import type { NetworkDriver } from './driver.js';
 import { waitForPort } from './probe.js';
+import { VM_UID_BASE, VM_UIDS } from '../machines/qemu/jail.js';
 import { renderDelete, renderRules, type TapSpec, checkTapSpec } from './rules.js';
 import pLimit from 'p-limit';
 
@@ -308,6 +309,7 @@ export class HostNetwork implements NetworkDriver {
         tapPrefix: this.tapPrefix,
         hostTcpPorts: this.guestToHost.tcp,
         hostUdpPorts: this.guestToHost.udp,
+        vmUids: [VM_UID_BASE, VM_UID_BASE + VM_UIDS - 1],
       },
       [...this.taps.values()],
     );

@@ -37,6 +37,8 @@ export interface RulesOptions {
   /** ports of the gateway address a guest may connect to */
   hostTcpPorts: number[];
   hostUdpPorts: number[];
+  /** uids of VMs (first, last): their processes may open no IP connection at all (QEMU needs none: taps) */
+  vmUids?: [number, number];
 }
 
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
@@ -120,6 +122,15 @@ function inetTable(o: RulesOptions): string[] {
   L.push(`  chain forward {`, `    type filter hook forward priority -10; policy accept;`);
   L.push(`    iifname ${br} oifname ${br} ether daddr != ${o.bridgeMac} accept`);
   L.push(`    iifname ${br} drop`, `    oifname ${br} drop`, `  }`);
+  // A QEMU taken over by its guest has the VM's own uid: it must not reach the host's services,
+  // the API, other hosts or the internet. Its tap traffic has no socket, so this leaves it alone.
+  if (o.vmUids) {
+    const [lo, hi] = o.vmUids;
+    if (!Number.isInteger(lo) || !Number.isInteger(hi) || lo < 1 || hi < lo) throw new Error('bad VM uid range');
+    L.push(`  chain output {`, `    type filter hook output priority -10; policy accept;`);
+    // rejected, not dropped: the process learns at once (a drop would make it retry for minutes)
+    L.push(`    meta skuid ${lo}-${hi} reject with icmpx admin-prohibited`, `  }`);
+  }
   L.push(`}`);
   return L;
 }

@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { HostNetwork, tapName, type TapSpec } from '../../src/network/host.js';
 import { macFor } from '../../src/network/address.js';
+import { VM_UID_BASE } from '../../src/machines/qemu/jail.js';
 import { requirePart } from '../helpers/require.js';
 
 const canRun = process.getuid?.() === 0 && has('ip') && has('nft');
@@ -156,6 +157,42 @@ describe(
         sh('nft', 'list', 'table', 'bridge', 'unihost'),
         new RegExp(a2.tap),
         'a2 gone from the rules',
+      );
+    });
+
+    test("a VM's uid opens no IP connection, not even to loopback; other processes are not affected", async () => {
+      const net = new HostNetwork(opts);
+      await net.sync([a1]);
+      execFileSync('ip', ['netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up']);
+      /** connect() to a closed loopback port, as `uid`: refused (it went out) or not permitted (dropped before) */
+      const attempt = (uid: number): string => {
+        try {
+          execFileSync(
+            'ip',
+            [
+              'netns',
+              'exec',
+              ns,
+              'setpriv',
+              `--reuid=${uid}`,
+              `--regid=${uid}`,
+              '--clear-groups',
+              'bash',
+              '-c',
+              'exec 3<>/dev/tcp/127.0.0.1/9',
+            ],
+            { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
+          );
+          return 'connected';
+        } catch (e) {
+          return String((e as { stderr?: string }).stderr);
+        }
+      };
+      assert.match(attempt(VM_UID_BASE + 12345), /No route to host|Permission denied|not permitted/);
+      assert.match(attempt(65534), /Connection refused/, 'nobody (not a VM) still reaches loopback');
+      assert.match(
+        sh('nft', 'list', 'table', 'inet', 'unihost'),
+        /meta skuid 1073741824-1090519039 reject with icmpx admin-prohibited/,
       );
     });
 

@@ -18,7 +18,7 @@ const AS_OVERHEAD_MB = 1536;
 const MEM_OVERHEAD_MB = 512;
 
 /** How many uids VMs use above VM_UID_BASE (2^24). */
-const VM_UIDS = 0x1000000;
+export const VM_UIDS = 0x1000000;
 
 /**
  * A uid per VM: VMs do not share a uid, so one compromised QEMU cannot
