@@ -7,7 +7,9 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import { connect as tlsConnect } from 'node:tls';
 import { request } from 'undici';
+import { GATEWAY_PORT_OFFSET } from './daemon.js';
 import { tapName } from '../../src/network/host.js';
 import type { Ledger } from './workload.js';
 
@@ -49,6 +51,43 @@ const alive = (pid: number): boolean => {
     return false;
   }
 };
+
+/** HAProxy processes of this data dir (their command line names its config): pid -> parent pid. */
+function haproxiesOf(dataDir: string): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    let cmd = '';
+    let stat = '';
+    try {
+      cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8');
+      stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    if (!cmd.includes('haproxy') || !cmd.includes(join(dataDir, 'haproxy')) || !alive(Number(p))) continue;
+    out.set(Number(p), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+  }
+  return out;
+}
+
+/** HAProxy masters of this data dir: the ones whose parent is not one of them. */
+export function haproxyMasters(dataDir: string): number[] {
+  const all = haproxiesOf(dataDir);
+  return [...all].filter(([, ppid]) => !all.has(ppid)).map(([pid]) => pid);
+}
+
+/** Whether a TLS handshake for `name` on 127.0.0.1:`port` completes with a certificate the CA vouches for. */
+function tlsOk(port: number, name: string, ca: string): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const s = tlsConnect({ host: '127.0.0.1', port, servername: name, ca, timeout: 5000 }, () => {
+      s.destroy();
+      resolve(undefined);
+    });
+    s.once('error', (e) => resolve(e.message));
+    s.once('timeout', () => (s.destroy(), resolve('timed out')));
+  });
+}
 
 /** QEMU processes whose command line names this data dir: pid → instance id (from its runtime dir). */
 function qemusOf(dataDir: string): Map<number, string> {
@@ -168,5 +207,27 @@ export async function check(url: string, token: string, dataDir: string, ledger:
       const id = f.replace(/\.ext4$/, '');
       if (!volumes.has(id)) leftovers.push(`volume file ${f}`);
     }
+  // The gateway after HAProxy and daemon kills: one master, a bounded set of workers, every group served.
+  const masters = haproxyMasters(dataDir);
+  if (masters.length !== 1)
+    leftovers.push(`${masters.length} HAProxy masters of this data dir (want 1): ${masters.join(', ')}`);
+  const workers = [...haproxiesOf(dataDir).values()].filter((ppid) => masters.includes(ppid)).length;
+  if (workers > 7) leftovers.push(`${workers} HAProxy workers (old ones pile up)`);
+  const ca = readFileSync(join(dataDir, 'ca', 'ca.pem'), 'utf8');
+  for (const [id, g] of groups) {
+    const fqdn = ((g.domains as { fqdn: string }[] | undefined) ?? [])[0]?.fqdn;
+    if (!fqdn) continue;
+    const why = await tlsOk(443 + GATEWAY_PORT_OFFSET, fqdn, ca);
+    if (why) lost.push(`group ${String(g.name)} (${id}): no TLS for ${fqdn} at the gateway: ${why}`);
+  }
+  // Per-VM cgroups (v1) of instances that run no VM
+  const running = new Set([...qemusOf(dataDir).values()]);
+  for (const ctl of ['memory', 'pids']) {
+    const cg = join('/sys/fs/cgroup', ctl, 'unihost');
+    if (!existsSync(cg)) continue;
+    for (const e of readdirSync(cg, { withFileTypes: true }))
+      if (e.isDirectory() && known.has(e.name) && !running.has(e.name))
+        leftovers.push(`${ctl} cgroup of ${e.name} without a VM`);
+  }
   return { lost, leftovers, notConverged: await converged(dataDir) };
 }

@@ -27,6 +27,8 @@ if (!insideTestNetns()) {
     // the kills must land in the middle of work, not after it: requests in flight, some cut unanswered
     assert.ok(r.killsInFlight >= 3, `at least 3 of the 5 kills interrupted requests in flight:\n${text}`);
     assert.ok(r.unanswered > 0, `a kill cut at least one request before its answer:\n${text}`);
+    assert.ok(r.haproxyKills >= 1, `the gateway's HAProxy was killed too:\n${text}`);
+    assert.ok(r.groups >= 1, `groups were published through the gateway:\n${text}`);
     assert.deepEqual(r.lost, [], text);
     assert.deepEqual(r.leftovers, [], text);
     assert.deepEqual(r.notConverged, [], text);

@@ -11,6 +11,9 @@ import { request } from 'undici';
 const ROOT = resolve(import.meta.dirname, '..', '..');
 const CLI = join(ROOT, 'src', 'cli', 'main.ts');
 
+/** Public port + this = the port the gateway binds in the harness's namespace (443 -> 20443). */
+export const GATEWAY_PORT_OFFSET = 20000;
+
 export interface DaemonSpec {
   dataDir: string;
   port: number;
@@ -44,8 +47,9 @@ export class CrashDaemon {
         listen: `127.0.0.1:${spec.port}`,
         subnet: '10.83.0.0/24',
         logLevel: 'info',
-        network: { enabled: true, bridge: 'uhcrash0', dns: false },
-        gateway: { enabled: false },
+        // the gateway (HAProxy, killed too) and the .internal DNS run, as in production
+        network: { enabled: true, bridge: 'uhcrash0', dns: true },
+        gateway: { enabled: true, listen: '127.0.0.1', portOffset: GATEWAY_PORT_OFFSET },
         acme: { enabled: false },
         machines: { accel: 'tcg', ksm: false, bootTimeoutMs: 120_000, stopTimeoutMs: 10_000 },
         rateLimit: { max: 0 },

@@ -22,7 +22,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { insideTestNetns, runFileInNewNetns } from '../helpers/netns.js';
 import { guestOut, killLeaks } from '../helpers/vm.js';
-import { check, converged, type CheckResult } from './check.js';
+import { check, converged, haproxyMasters, type CheckResult } from './check.js';
 import { CrashDaemon } from './daemon.js';
 import { Client, Ledger, prng } from './workload.js';
 
@@ -46,6 +46,7 @@ export interface CrashReport extends CheckResult {
   /** daemon kills that landed while requests were in flight (not after the workload ended) */
   killsInFlight: number;
   qemuKills: number;
+  haproxyKills: number;
   instances: number;
   volumes: number;
   groups: number;
@@ -63,6 +64,7 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
   let daemonKills = 0;
   let killsInFlight = 0;
   let qemuKills = 0;
+  let haproxyKills = 0;
   try {
     const token = d.prepare();
     await d.start(token);
@@ -91,6 +93,17 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
         if (ledger.inFlight > 0) killsInFlight++;
         await d.kill();
         daemonKills++;
+        if (rnd() < 0.4) {
+          // the gateway's HAProxy master too: the next daemon must bring a working one back
+          for (const pid of haproxyMasters(dataDir)) {
+            try {
+              process.kill(pid, 'SIGKILL');
+              haproxyKills++;
+            } catch {
+              /* already gone */
+            }
+          }
+        }
         if (rnd() < 0.3) {
           const victims = qemuPids(dataDir);
           const pid = victims[Math.floor(rnd() * victims.length)];
@@ -130,6 +143,7 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
       daemonKills,
       killsInFlight,
       qemuKills,
+      haproxyKills,
       instances: ledger.instances.size,
       volumes: ledger.volumes.size,
       groups: ledger.groups.size,
@@ -158,7 +172,7 @@ export function describeReport(r: CrashReport): string {
   const lines = [
     `seed ${r.seed}: ${r.ops} operations (${r.acknowledged} acknowledged, ${r.refused} refused, ${r.unanswered} unanswered by a killed daemon)`,
     `objects: ${r.instances} instances, ${r.volumes} volumes, ${r.groups} groups created`,
-    `kills: ${r.daemonKills} daemon (SIGKILL; ${r.killsInFlight} with requests in flight), ${r.qemuKills} QEMU`,
+    `kills: ${r.daemonKills} daemon (SIGKILL; ${r.killsInFlight} with requests in flight), ${r.qemuKills} QEMU, ${r.haproxyKills} HAProxy master`,
     `lost acknowledged writes: ${r.lost.length}`,
     ...r.lost.map((l) => `  ${l}`),
     `leftovers the store does not know: ${r.leftovers.length}`,
