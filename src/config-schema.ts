@@ -21,6 +21,8 @@ const Hard = Obj({
   volumes: Int(),
   total_volume_mb: Int(),
   registry_mb: Int(),
+  domains: Int(),
+  certificates: Int(),
 });
 const Limits = Obj({
   min_memory_mb: Int(),

@@ -215,6 +215,8 @@ export const DEFAULTS: Config = {
       volumes: 32,
       total_volume_mb: 16384,
       registry_mb: 4096,
+      domains: 64,
+      certificates: 32,
     },
     limits: {
       min_memory_mb: 16,

@@ -1,6 +1,9 @@
 import { checkName } from './names.js';
 import { err } from '../errors.js';
 
+/** Most domain names one service group may have. */
+export const MAX_DOMAINS_PER_GROUP = 16;
+
 /** A domain of a service group as a request gives it. */
 export interface DomainIn {
   name: string;

@@ -9,6 +9,7 @@ import { err } from '../errors.js';
 import type { CertificateRec, Tx, UserRec } from '../store/types.js';
 import type { ServiceBase } from './deps.js';
 import { findCertificate } from './lookup.js';
+import { assertQuota } from './users.js';
 
 export { findCertificate };
 
@@ -99,6 +100,7 @@ export class CertificateService {
       source: 'acme',
       names: [],
     };
+    await assertQuota(tx, this.deps.config, user, { certificates: 1 });
     await tx.certificates.insert(rec);
     return rec;
   }
@@ -124,6 +126,7 @@ export class CertificateService {
           throw err('UH_EXISTS', `a certificate named '${name}' already exists`);
         }
         await this.checkClaimInTx(tx, user, cn);
+        await assertQuota(tx, this.deps.config, user, { certificates: 1 });
         const { names, ...shown } = up.info;
         await tx.certificates.insert({
           id,

@@ -5,7 +5,7 @@ import { err } from '../errors.js';
 import { checkGroupLimits, MAX_LIMIT } from '../domain/group-limits.js';
 import type { ServiceEntry, ServiceGroupRec, Tx, UserRec } from '../store/types.js';
 import type { ServiceBase } from './deps.js';
-import { parseDomain, type DomainIn } from '../domain/domains.js';
+import { MAX_DOMAINS_PER_GROUP, parseDomain, type DomainIn } from '../domain/domains.js';
 import { findGroup } from './lookup.js';
 import { assertQuota } from './users.js';
 
@@ -109,5 +109,10 @@ async function updateDomains(deps: Deps, tx: Tx, user: UserRec, g: ServiceGroupR
       if (!now.has(parseDomain(d.name, metro).fqdn)) await deps.groups.addDomainInTx(tx, user, g, d);
   }
   const left = (await tx.domains.forGroup(g.id)).map((d) => d.fqdn);
+  if (left.length > MAX_DOMAINS_PER_GROUP)
+    throw err(
+      'UH_INVALID',
+      `update of 'domains': a group has at most ${MAX_DOMAINS_PER_GROUP} domains, not ${left.length}`,
+    );
   return `domains: ${left.join(', ') || 'none'}`;
 }

@@ -108,6 +108,7 @@ export class GroupService {
     const { fqdn, custom } = parseDomain(dom.name, this.deps.config.metroDomain);
     this.checkReserved(fqdn);
     if (await tx.domains.get(fqdn)) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is already in use`);
+    await assertQuota(tx, this.deps.config, user, { domains: 1 });
     const cert = custom ? await this.deps.certificates.forDomainInTx(tx, user, fqdn, dom.certificate) : null;
     await tx.domains.insert({ fqdn, group_id: g.id, user_id: user.id, certificate_id: cert?.id ?? null });
   }

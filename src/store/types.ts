@@ -30,6 +30,10 @@ export interface Hard {
   total_volume_mb: number;
   /** registry storage: distinct blobs and manifests linked in the user's repositories, MiB rounded up */
   registry_mb: number;
+  /** domain names of the user's service groups (metro and custom) */
+  domains: number;
+  /** certificates: uploaded ones and those the platform requests for custom domains */
+  certificates: number;
 }
 export type Used = Hard;
 

@@ -154,6 +154,21 @@ describe('certificate uploads', () => {
     assert.ok(!names.includes('bad1'));
   });
 
+  test('the certificates quota (code 19) bounds uploads', async () => {
+    const t = await h.user('certer');
+    await h.daemon.services.users.setQuotas('certer', { hard: { certificates: 1 } });
+    const one = await testLeaf(ca, ['one.quota.example']);
+    ok(await call('POST', '/v1/certificates', t, { cn: 'one.quota.example', chain: one.cert, pkey: one.key }));
+    const two = await testLeaf(ca, ['two.quota.example']);
+    entryError(
+      await call('POST', '/v1/certificates', t, { cn: 'two.quota.example', chain: two.cert, pkey: two.key }),
+      19,
+      /quota 'certificates' exceeded: 1 used \+ 1 requested > 1 allowed/,
+    );
+    const list = await call('GET', '/v1/certificates', t);
+    assert.equal(list.body.data.certificates.length, 1);
+  });
+
   test("another account's certificate claims its name", async () => {
     const leaf = await testLeaf(ca, ['claimed.example.com']);
     keys.push(leaf.key);

@@ -60,6 +60,8 @@ describe('reading quotas', () => {
         volumes: 0,
         total_volume_mb: 0,
         registry_mb: 0,
+        domains: 0,
+        certificates: 0,
       },
       hard: h.daemon.config.defaultQuotas.hard,
       limits: h.daemon.config.defaultQuotas.limits,
@@ -105,6 +107,8 @@ describe('reading quotas', () => {
       volumes: 2,
       total_volume_mb: 32,
       registry_mb: 0,
+      domains: 2,
+      certificates: 0,
     });
   });
 

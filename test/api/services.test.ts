@@ -269,6 +269,26 @@ describe('domains', () => {
     assert.equal(ok.body.status, 'success', ok.text);
   });
 
+  test('domains are bounded: at most 16 per group, and the domains quota per user (code 19)', async () => {
+    const svc = [{ port: 443, handlers: ['http', 'tls'] }];
+    const many = Array.from({ length: 17 }, (_, i) => ({ name: `many-${i}` }));
+    bad(await create(alice, { services: svc, domains: many }), /domains/);
+    const t = await h.user('domainer');
+    await h.daemon.services.users.setQuotas('domainer', { hard: { domains: 2 } });
+    const two = await create(t, { services: svc, domains: [{ name: 'dq-one' }, { name: 'dq-two' }] });
+    assert.equal(two.body.status, 'success', two.text);
+    entryError(
+      await create(t, { services: svc, domains: [{ name: 'dq-three' }] }),
+      19,
+      /quota 'domains' exceeded: 2 used \+ 1 requested > 2 allowed/,
+    );
+    // nothing half-made: no group without its domain
+    const list = await h.call('GET', '/v1/services', t);
+    assert.equal(list.body.data.service_groups.length, 1);
+    const q = await h.call('GET', '/v1/users/quotas', t);
+    assert.equal(q.body.data.quotas[0].used.domains, 2);
+  });
+
   test('reserved labels under the metro domain are refused (code 24)', async () => {
     const svc = [{ port: 443, handlers: ['http', 'tls'] }];
     entryError(await create(alice, { services: svc, domains: [{ name: 'www' }] }), 24, /reserved/);

@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint } from '../endpoint.js';
 import { Bool, Int, Name, Opt, PolicyName, Ref, Str, Summary, Uuid } from '../schemas/common.js';
+import { MAX_DOMAINS_PER_GROUP as MAX_DOMAINS } from '../../domain/domains.js';
 import { portPolicy } from '../../domain/ports.js';
 import { checkGroupDescription, type GroupDescription } from '../../services/groups.js';
 import { checkAutoscaleParams, type AutoscaleIn } from '../../services/autoscale.js';
@@ -122,7 +123,7 @@ export const serviceEndpoints = [
       {
         name: Opt(Name()),
         services: Type.Array(GroupServiceEntry),
-        domains: Opt(Type.Array(DomainIn)),
+        domains: Opt(Type.Array(DomainIn, { maxItems: MAX_DOMAINS })),
         ...GroupLimitFields,
       },
       { additionalProperties: false },

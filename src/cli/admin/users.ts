@@ -44,6 +44,8 @@ const HARD_KEYS: (keyof Hard)[] = [
   'volumes',
   'total_volume_mb',
   'registry_mb',
+  'domains',
+  'certificates',
 ];
 const LIMIT_KEYS: (keyof Limits)[] = [
   'min_memory_mb',

@@ -429,4 +429,6 @@ const USAGE_SQL = `SELECT
   (SELECT coalesce(sum(size_mb),0)::int FROM volumes WHERE user_id=$1) AS total_volume_mb,
   (SELECT ((coalesce(sum(size),0)::bigint + 1048575) / 1048576)::int FROM
      (SELECT DISTINCT digest, size FROM registry_links
-        WHERE namespace=(SELECT name FROM users WHERE id=$1)) AS l) AS registry_mb`;
+        WHERE namespace=(SELECT name FROM users WHERE id=$1)) AS l) AS registry_mb,
+  (SELECT count(*)::int FROM domains WHERE user_id=$1) AS domains,
+  (SELECT count(*)::int FROM certificates WHERE user_id=$1) AS certificates`;

@@ -454,4 +454,6 @@ const USAGE_SQL = `SELECT
   (SELECT coalesce(sum(size_mb),0) FROM volumes WHERE user_id=@u) AS total_volume_mb,
   (SELECT (coalesce(sum(size),0) + 1048575) / 1048576 FROM
      (SELECT DISTINCT digest, size FROM registry_links
-        WHERE namespace=(SELECT name FROM users WHERE id=@u))) AS registry_mb`;
+        WHERE namespace=(SELECT name FROM users WHERE id=@u))) AS registry_mb,
+  (SELECT count(*) FROM domains WHERE user_id=@u) AS domains,
+  (SELECT count(*) FROM certificates WHERE user_id=@u) AS certificates`;
