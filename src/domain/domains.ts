@@ -32,7 +32,7 @@ export function parseDomain(name: string, metro: string): { fqdn: string; custom
       isFqdn
         ? `domain '${name}': a name under ${m} has one label ('${label.replace(/\./g, '-')}.${m}.'): its wildcard certificate covers no more`
         : `domain '${name}' would be '${fqdn}', which ${m}'s wildcard certificate does not cover: ` +
-          `for your own domain add a trailing dot ('${name}.'); under ${m} use one label ('${name.replace(/\./g, '-')}')`,
+            `for your own domain add a trailing dot ('${name}.'); under ${m} use one label ('${name.replace(/\./g, '-')}')`,
     );
   }
   return { fqdn, custom };
