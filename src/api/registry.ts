@@ -40,7 +40,8 @@ function challenge(req: FastifyRequest, scope?: string): string {
   return `Bearer realm="${base(req)}/v2/token",service="${host}"${scope ? `,scope="${scope}"` : ''}`;
 }
 
-function sendError(req: FastifyRequest, reply: FastifyReply, e: RegistryError): FastifyReply {
+/** A registry error in the distribution spec's form (with the challenge or range headers it calls for). */
+export function sendRegistryError(req: FastifyRequest, reply: FastifyReply, e: RegistryError): FastifyReply {
   void reply.code(e.http).headers(API_VERSION);
   // a body left unread (refused before or while it streamed): the connection cannot carry another request
   if (!req.raw.readableEnded && !req.raw.complete) void reply.header('connection', 'close');
@@ -187,9 +188,9 @@ export function registerRegistry(app: FastifyInstance, services: Services, failu
       try {
         return await route(req, reply);
       } catch (e) {
-        if (isRegistryError(e)) return sendError(req, reply, e);
+        if (isRegistryError(e)) return sendRegistryError(req, reply, e);
         if (isUnihostError(e) && e.http < 500)
-          return sendError(req, reply, new RegistryError('DENIED', e.message, undefined, e.http));
+          return sendRegistryError(req, reply, new RegistryError('DENIED', e.message, undefined, e.http));
         const ce = e as NodeJS.ErrnoException;
         if (ce.code === 'ECONNRESET' || ce.message === 'aborted') return reply; // the client left mid-body
         req.log.error({ err: e }, 'registry request failed');
@@ -217,7 +218,12 @@ export function registerRegistry(app: FastifyInstance, services: Services, failu
     }
 
     async function route(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-      const path = decodeURIComponent(req.url.split('?')[0]!);
+      let path: string;
+      try {
+        path = decodeURIComponent(req.url.split('?')[0]!);
+      } catch {
+        throw new RegistryError('NAME_INVALID', 'the path is not valid percent-encoding');
+      }
       const q = req.query as Record<string, string | undefined>;
       let kind = '';
       let m: RegExpExecArray | null = null;

@@ -11,7 +11,8 @@ import { listOrGet } from './list.js';
 import { buildOpenApi } from './openapi.js';
 import { requestId, serveMetrics } from './observe.js';
 import { serveEvents } from './events.js';
-import { isRegistryPath, registerRegistry } from './registry.js';
+import { RegistryError } from '../domain/registry.js';
+import { isRegistryPath, registerRegistry, sendRegistryError } from './registry.js';
 import type { DaemonMetrics } from '../metrics.js';
 import {
   AuthFailureLimit,
@@ -89,6 +90,7 @@ function frameworkError(e: Error & { code?: string }, req: FastifyRequest, reply
     e.code === 'FST_ERR_MAX_PARAM_LENGTH'
       ? `path '${shown}': a segment is longer than ${MAX_PARAM_LENGTH} characters (a UUID has 36)`
       : `path '${shown}' is not a valid URL (bad percent-encoding)`;
+  if (isRegistryPath(req.url)) return sendRegistryError(req, reply, new RegistryError('NAME_INVALID', message));
   return sendError(req, reply, err('UH_INVALID', message));
 }
 const MAX_PARAM_LENGTH = 100;

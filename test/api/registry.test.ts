@@ -379,6 +379,9 @@ describe('OCI registry at /v2/', () => {
     });
     assert.equal(raw.status, 400);
     assert.match(raw.body, /NAME_INVALID/);
+    const pct = await call('GET', '/v2/alice/%E0%A4%A/tags/list', as('alice', alice));
+    assert.equal(pct.status, 400);
+    assert.equal(code(pct), 'NAME_INVALID');
   });
 
   test('cross-repository mount: within what the user may read, otherwise an upload', async () => {
