@@ -124,6 +124,23 @@ function checkMode(o: ImportOpts): void {
   }
 }
 
+/** The packing options of `image import --kernel` and `image push`, parsed (all but the kernel and the name). */
+export async function kernelOptions(o: Omit<ImportOpts, 'kernel' | 'oci'>) {
+  const { splitArgs } = await import('../../services/instances-create.js');
+  return {
+    initrd: o.initrd,
+    args: splitArgs(o.args),
+    kernelArgs: o.kernelArgs,
+    env: parseEnv(o.env),
+    machine: parseMachine(o.machine),
+    firmware: parseChoice('firmware', o.firmware, FIRMWARES),
+    shutdown: parseChoice('shutdown', o.shutdown, SHUTDOWNS),
+    ports: parsePorts(o.port),
+    minMemoryMb: parseMemory(o.minMemoryMb),
+    kernelVersion: o.kernelVersion,
+  };
+}
+
 export function printImport(r: ImportResult, log: (s: string) => void = console.log): void {
   const b = r.boot;
   log(`imported ${r.ref}`);
@@ -171,23 +188,13 @@ export function registerImageImport(image: Command): void {
     .option('--oci <path>', "OCI image layout directory or tarball (kraftkit's unikernel layout)")
     .action(async (ref: string, o: ImportOpts) => {
       checkMode(o);
-      const { splitArgs } = await import('../../services/instances-create.js');
       await withServices(image.opts(), async (s, c) => {
         const r =
           o.oci !== undefined
             ? await s.images.importOci(ref, o.oci)
             : await s.images.importKernel(ref, {
                 kernel: o.kernel!,
-                initrd: o.initrd,
-                args: splitArgs(o.args),
-                kernelArgs: o.kernelArgs,
-                env: parseEnv(o.env),
-                machine: parseMachine(o.machine),
-                firmware: parseChoice('firmware', o.firmware, FIRMWARES),
-                shutdown: parseChoice('shutdown', o.shutdown, SHUTDOWNS),
-                ports: parsePorts(o.port),
-                minMemoryMb: parseMemory(o.minMemoryMb),
-                kernelVersion: o.kernelVersion,
+                ...(await kernelOptions(o)),
                 ...(await autoChoice(o, c)),
               });
         printImport(r);

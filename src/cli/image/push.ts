@@ -13,7 +13,7 @@ import { MT, type Descriptor, type Index, type Manifest } from '../../images/oci
 import { OFFICIAL, parseRef } from '../../services/images.js';
 import { ctxOf, examples } from '../shared/context.js';
 import { UsageError } from '../shared/exit.js';
-import { collect, parseChoice, parseEnv, parseMachine, parseMemory, parsePorts } from './import.js';
+import { collect, kernelOptions } from './import.js';
 
 interface PushOpts {
   initrd?: string;
@@ -172,22 +172,8 @@ export function registerImagePush(image: Command): void {
         let dir = path;
         let top: Descriptor;
         if (tmp) {
-          const { splitArgs } = await import('../../services/instances-create.js');
           const layout = await new ImageLayout(tmp).init();
-          const built = await buildKernelImage(layout, {
-            name: repo,
-            kernel: path,
-            initrd: o.initrd,
-            args: splitArgs(o.args),
-            kernelArgs: o.kernelArgs,
-            env: parseEnv(o.env),
-            machine: parseMachine(o.machine),
-            firmware: parseChoice('firmware', o.firmware, FIRMWARES),
-            shutdown: parseChoice('shutdown', o.shutdown, SHUTDOWNS),
-            ports: parsePorts(o.port),
-            minMemoryMb: parseMemory(o.minMemoryMb),
-            kernelVersion: o.kernelVersion,
-          });
+          const built = await buildKernelImage(layout, { name: repo, kernel: path, ...(await kernelOptions(o)) });
           dir = tmp;
           top = { mediaType: MT.manifest, digest: built.digest, size: 0 };
           log(`packed ${path} (${built.machine})`);
