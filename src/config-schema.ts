@@ -23,6 +23,7 @@ const Hard = Obj({
   registry_mb: Int(),
   domains: Int(),
   certificates: Int(),
+  snapshot_mb: Int(),
 });
 const Limits = Obj({
   min_memory_mb: Int(),

@@ -217,6 +217,7 @@ export const DEFAULTS: Config = {
       registry_mb: 4096,
       domains: 64,
       certificates: 32,
+      snapshot_mb: 4096,
     },
     limits: {
       min_memory_mb: 16,

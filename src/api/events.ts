@@ -24,6 +24,7 @@ function view(e: EventRec): Record<string, unknown> {
   if (e.group_id) out.service_group = { uuid: e.group_id };
   if (e.from_state) out.from_state = e.from_state;
   if (e.to_state) out.to_state = e.to_state;
+  if (e.message) out.message = e.message;
   return out;
 }
 

@@ -129,11 +129,13 @@ export interface Quotas {
 export interface InstanceEvent {
   id: number;
   at: string;
-  type: 'created' | 'state' | 'deleted';
+  type: 'created' | 'state' | 'deleted' | 'notice';
   instance: { uuid: string; name: string };
   service_group?: { uuid: string };
   from_state?: string;
   to_state?: string;
+  /** what happened, in words (`notice`) */
+  message?: string;
 }
 
 /** One update (PATCH): a property, an operation and its value (docs/api.md, "Updates"). */

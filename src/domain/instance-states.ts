@@ -146,4 +146,5 @@ export const NEVER_RUN = {
   restart_attempt: 0,
   restart_next_at: null,
   restart_count: 0,
+  snapshot: null,
 } as const;

@@ -36,6 +36,12 @@ export interface MachineSpec {
   contract: Contract;
   nic?: { tap: string; mac: string };
   disks: Disk[];
+  /**
+   * Boot from this memory snapshot (written by `snapshot`) instead of the
+   * kernel: the guest resumes where it was paused. The rest of the spec
+   * must be what it was when the snapshot was taken.
+   */
+  restore?: string;
 }
 
 /** What the daemon persists to adopt a running VM after a restart. */
@@ -90,6 +96,14 @@ export interface MachineDriver {
   adopt(spec: MachineSpec, rt: MachineRuntime): Promise<boolean>;
   /** Asks the guest to shut down (repeats the request until the guest reacts). */
   stop(id: string): Promise<void>;
+  /**
+   * Pauses the VM, writes its memory and device state to `path` (whole or
+   * not at all) and ends the VM; its exit is reported as usual. Rejects,
+   * with the VM running on, when no snapshot could be written.
+   */
+  snapshot?(id: string, path: string): Promise<{ bytes: number }>;
+  /** What a snapshot is bound to besides the spec (the VMM's build and accelerator): restored only into the same. */
+  readonly snapshotVersion?: string;
   /** Ends the VM at once (no clean shutdown). */
   kill(id: string): Promise<void>;
   /** Kills the VM if it runs and removes its runtime files. */

@@ -1,6 +1,6 @@
 import { backoffMs, shouldRestart } from '../domain/restart.js';
 import type { MachineEvent } from '../machines/driver.js';
-import { deriveStop, isFailure, STOP, vmmFailure, type StopInfo } from '../machines/stop-info.js';
+import { deriveStop, isFailure, STOP, stopReasonWithoutVm, vmmFailure, type StopInfo } from '../machines/stop-info.js';
 import type { ControllerDeps } from './deps.js';
 import type { InstanceRec, StopRequest, Tx } from '../store/types.js';
 import { fire, type Effects } from '../domain/instance-states.js';
@@ -12,6 +12,9 @@ export type ExitEvent = Extract<MachineEvent, { type: 'exit' }>;
 export function stopInfoOf(inst: InstanceRec, rt: Partial<RuntimeRec>, ev: ExitEvent): StopInfo {
   const req = inst.stop_request;
   const forced = req?.force ?? false;
+  // the VM ended after its memory went to a snapshot: a clean stop by whoever asked, the guest untouched
+  if (req?.snapshot && inst.snapshot && !forced)
+    return { stop_reason: stopReasonWithoutVm(req.by, false), exit_code: null, stop_code: null };
   if (!forced && vmmFailure(ev, ev.console)) return { stop_reason: STOP.P, exit_code: null, stop_code: null };
   return deriveStop({
     control: ev.control,

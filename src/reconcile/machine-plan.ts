@@ -23,6 +23,10 @@ export interface RuntimeRec extends MachineRuntime {
   readyPorts?: number[];
   /** when the graceful stop request was sent (ms), for escalation */
   stopSentAt?: number;
+  /** the machine type (a snapshot restores only into the same) */
+  machine?: string;
+  /** this boot restores a memory snapshot (machine-snapshots.ts) */
+  restored?: boolean;
 }
 
 /**
@@ -99,6 +103,8 @@ export async function recordBootInTx(
       contract: plan.spec.contract,
       shutdown: plan.shutdown,
       readyPorts: plan.readyPorts,
+      machine: plan.spec.machine,
+      ...(plan.spec.restore ? { restored: true } : {}),
     } satisfies RuntimeRec,
     start_count: inst.start_count + 1,
     started_at: new Date(rt.spawnedAt).toISOString(),

@@ -15,6 +15,7 @@ import { VmVolumes } from './machine-volumes.js';
 import { escalatedStop, recordExitInTx, restartInTx, type ExitEvent } from './machine-exit.js';
 import { bootPlan, recordBootInTx, type BootPlan, type RuntimeRec } from './machine-plan.js';
 import { killStrays, settleVanishedInTx, stopWithoutVmInTx } from './machine-adopt.js';
+import { Snapshots } from './machine-snapshots.js';
 
 export interface MachineControllerOptions {
   services: ControllerDeps;
@@ -63,6 +64,7 @@ export class MachineController implements Controller {
   /** readiness probes of booting instances (none without `probePort`) */
   private readonly probes: ReadinessProbes | undefined;
   private readonly vmVolumes = new VmVolumes();
+  private readonly snapshots: Snapshots;
 
   constructor(private readonly o: MachineControllerOptions) {
     this.s = o.services;
@@ -85,6 +87,7 @@ export class MachineController implements Controller {
     this.driver = o.driver((id, ev) =>
       this.closed ? Promise.resolve() : this.queue.run(id, () => this.onVmEvent(id, ev)),
     );
+    this.snapshots = new Snapshots(this.s, this.driver, o.log, (id, m) => this.note(id, m));
   }
 
   private now(): number {
@@ -203,6 +206,7 @@ export class MachineController implements Controller {
       // A VM's end that could not be recorded yet (its transaction failed): record it now.
       const ended = this.unrecordedExits.get(id);
       if (ended && rt.pid) return this.onExit(inst, rt, ended);
+      if (!rt.pid) await this.snapshots.tidy(inst);
       if (inst.state === 'starting' && inst.desired === 'running' && !rt.pid) return this.boot(inst);
       if ((inst.state === 'stopping' || inst.state === 'draining') && !rt.pid)
         return this.s.store.tx((tx) => stopWithoutVmInTx(tx, inst.id, now));
@@ -249,6 +253,9 @@ export class MachineController implements Controller {
       case 'stopping':
         if (!rt.stopSentAt) await this.leaveGateway(id);
         if (inst.stop_request?.force) return this.driver.kill(id);
+        // stateful standby or suspend: the VM's memory goes to a snapshot and the VM ends (else a plain stop)
+        if (inst.stop_request?.snapshot && !rt.stopSentAt && (await this.snapshots.take(inst, rt)))
+          return this.timers.at(id, now + this.stopTimeoutMs, now);
         if (rt.shutdown === 'none') {
           this.note(id, 'the kernel does not honour shutdown requests (image metadata): ending the VM at once');
           return this.escalate(inst);
@@ -329,6 +336,7 @@ export class MachineController implements Controller {
         }
       }
       plan = await bootPlan(this.s, this.o, inst, t0, () => this.now());
+      await this.snapshots.planRestore(inst, plan.spec);
       this.vmVolumes.track(
         inst.id,
         volumes.map((v) => v.id),
@@ -365,11 +373,15 @@ export class MachineController implements Controller {
     if (ev.type === 'exit') {
       this.probes?.end(id);
       this.vmVolumes.untrack(id);
+      // a restore that never resumed: the snapshot goes and the instance boots afresh
+      if (rt.restored && inst.vmm_ready_time_us === null && (await this.snapshots.restoreFailed(inst, ev.stderr)))
+        return this.kick(id);
       // Kept until recorded: if the transaction fails, the retried reconcile records it (level-based).
       this.unrecordedExits.set(id, ev);
       return this.onExit(inst, rt, ev);
     }
     // An app that listens is running when its ports accept (probed from the host), not at the handover.
+    if (ev.type === 'ready' && rt.restored && inst.snapshot) await this.snapshots.consumed(id);
     const probe = ev.type === 'ready' && !!rt.readyPorts?.length && !!inst.private_ip && !!this.probes;
     if (probe) this.probes?.start(id, inst.private_ip!, rt.readyPorts!);
     const since = (at: number): number => Math.max(0, (at - (rt.spawnedAt ?? at)) * 1000);

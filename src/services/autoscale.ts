@@ -274,7 +274,14 @@ export class AutoscaleService {
     if (master.desired !== 'running' || !nextState(master.state, 'idle')) return;
     await tx.instances.updateSpec(master.id, { desired: 'stopped' });
     await fire(tx, master, 'idle', {
-      stop_request: { force: false, drain_until: null, by: 'platform', standby: true },
+      stop_request: {
+        force: false,
+        drain_until: null,
+        by: 'platform',
+        standby: true,
+        // stateful scale-to-zero: the memory is kept in a snapshot (docs/snapshots.md)
+        ...(master.features.includes('stateful') ? { snapshot: 'standby' as const } : {}),
+      },
     });
   }
 

@@ -143,18 +143,30 @@ async function updateScaleToZero(
   if (!on) {
     if (!mine) return 'scale-to-zero is off';
     await deps.autoscale.deleteInTx(tx, user, g!);
-    await tx.instances.updateSpec(inst.id, { features: inst.features.filter((f) => f !== 'scale-to-zero') });
+    await tx.instances.updateSpec(inst.id, {
+      features: inst.features.filter((f) => f !== 'scale-to-zero' && f !== 'stateful'),
+    });
     return 'scale-to-zero turned off';
   }
   if (!g || g.services.length === 0)
     throw err('UH_INVALID', `instance '${inst.name}': scale-to-zero needs a service group that publishes ports`);
   const cooldown = on.cooldownMs;
+  // `stateful` given or not: the object says what it is from now on
+  const features = [
+    ...new Set([
+      ...inst.features.filter((f) => f !== 'stateful'),
+      'scale-to-zero',
+      ...(on.stateful ? ['stateful'] : []),
+    ]),
+  ];
+  const how = on.stateful ? ' (stateful: memory kept in standby)' : '';
   if (mine) {
     if (cooldown !== undefined) await tx.autoscale.update(g.id, { cooldown_time_ms: cooldown });
-    return `scale-to-zero is on${cooldown !== undefined ? `, cooldown ${cooldown} ms` : ''}`;
+    await tx.instances.updateSpec(inst.id, { features });
+    return `scale-to-zero is on${cooldown !== undefined ? `, cooldown ${cooldown} ms` : ''}${how}`;
   }
   if (conf) throw err('UH_AUTOSCALE_CONFIGURED', `service group '${g.name}' already has an autoscale configuration`);
   await deps.autoscale.configureScaleToZeroInTx(tx, user, g, inst, cooldown);
-  await tx.instances.updateSpec(inst.id, { features: [...new Set([...inst.features, 'scale-to-zero'])] });
-  return 'scale-to-zero turned on';
+  await tx.instances.updateSpec(inst.id, { features });
+  return `scale-to-zero turned on${how}`;
 }

@@ -53,16 +53,22 @@ export interface ScaleToZeroIn {
  * `scale_to_zero` object: null when off, else the cooldown to configure
  * (undefined = the autoscale default). What unihost cannot do is refused.
  */
-export function scaleToZeroOf(p: Pick<CreateParams, 'features' | 'scale_to_zero'>): { cooldownMs?: number } | null {
+export function scaleToZeroOf(
+  p: Pick<CreateParams, 'features' | 'scale_to_zero'>,
+): { cooldownMs?: number; stateful: boolean } | null {
   const feature = p.features?.includes('scale-to-zero') ?? false;
+  const statefulFeature = p.features?.includes('stateful') ?? false;
   const o = p.scale_to_zero;
-  if (!o) return feature ? {} : null;
   const at = (k: string) => `parameter 'scale_to_zero.${k}'`;
-  if (o.stateful === true)
+  if (statefulFeature && !feature && !(o && o.policy !== 'off'))
     throw err(
       'UH_INVALID',
-      `${at('stateful')}: stateful scale-to-zero (keeping the guest's memory) is not supported; the instance boots afresh when woken`,
+      "parameter 'features': 'stateful' keeps the memory of a scale-to-zero instance in standby; it needs 'scale-to-zero' (or scale_to_zero.policy 'on')",
     );
+  if (o?.stateful === true && o.policy === 'off')
+    throw err('UH_INVALID', `${at('stateful')}: stateful needs scale-to-zero, and policy is 'off'`);
+  if (!o) return feature ? { stateful: statefulFeature } : null;
+  const stateful = statefulFeature || o.stateful === true;
   if ((o.notify_time_ms ?? 0) > 0)
     throw err('UH_INVALID', `${at('notify_time_ms')}: notifying the instance before standby is not supported`);
   if (o.policy === 'idle')
@@ -74,10 +80,11 @@ export function scaleToZeroOf(p: Pick<CreateParams, 'features' | 'scale_to_zero'
     if (feature) throw err('UH_INVALID', `${at('policy')}: 'off' contradicts feature 'scale-to-zero'`);
     return null;
   }
-  return o.cooldown_time_ms === undefined ? {} : { cooldownMs: o.cooldown_time_ms };
+  return o.cooldown_time_ms === undefined ? { stateful } : { cooldownMs: o.cooldown_time_ms, stateful };
 }
 
-export const FEATURES = ['scale-to-zero', 'delete-on-stop'] as const;
+/** `stateful`: with scale-to-zero, the idle master's memory is kept in a snapshot (docs/snapshots.md). */
+export const FEATURES = ['scale-to-zero', 'stateful', 'delete-on-stop'] as const;
 const POLICIES: Record<string, RestartPolicy> = {
   never: 'never',
   always: 'always',
@@ -264,7 +271,9 @@ export async function createInTx(
       memory_mb: memory,
       args: args ?? [],
       env: p.env ?? {},
-      features: scaleToZero ? [...new Set([...(p.features ?? []), 'scale-to-zero'])] : (p.features ?? []),
+      features: scaleToZero
+        ? [...new Set([...(p.features ?? []), 'scale-to-zero', ...(scaleToZero.stateful ? ['stateful'] : [])])]
+        : (p.features ?? []),
       restart_policy: policy,
       state: p.autostart ? 'starting' : 'stopped',
       desired: p.autostart ? 'running' : 'stopped',

@@ -106,6 +106,9 @@ export class InstanceService {
     if (Object.keys(i.annotations).length > 0) out.annotations = i.annotations;
     if (i.delete_lock) out.delete_lock = true;
     if (i.hostname) out.hostname = i.hostname;
+    // the memory a start (or a wake) resumes from (docs/snapshots.md)
+    if (i.snapshot)
+      out.snapshot = { size_bytes: i.snapshot.bytes, created_at: i.snapshot.created_at, reason: i.snapshot.reason };
     return out;
   }
 
@@ -206,6 +209,42 @@ export class InstanceService {
           : { stop_request };
       // A manual stop always aborts a restart sequence, even on a stopped instance.
       const after = await fire(tx, inst, trigger, withoutVm, { resetRestarts: true });
+      return { uuid: inst.id, name: inst.name, state: after?.state ?? inst.state, previous_state: inst.state };
+    });
+  }
+
+  /**
+   * PUT suspend (docs/snapshots.md): a stop of a running instance that
+   * keeps its memory in a snapshot and leaves it in `standby`; start, or
+   * traffic when it is a scale-to-zero master, resumes it. Where no
+   * snapshot can be taken the stop goes on as a plain one and the next
+   * start boots afresh (a notice event says so).
+   */
+  async suspend(user: UserRec, t: Target, p: { drain_timeout_ms?: number }) {
+    return this.store.tx(async (tx) => {
+      const inst = await findInstance(tx, user, t);
+      if (inst.state !== 'running')
+        throw err(
+          'UH_WRONG_STATE',
+          `instance '${inst.name}' is ${inst.state}: only a running instance can be suspended`,
+        );
+      const drainMs = p.drain_timeout_ms === undefined ? 0 : this.timeout(p.drain_timeout_ms, 0);
+      await tx.instances.updateSpec(inst.id, { desired: 'stopped' });
+      const after = await fire(
+        tx,
+        inst,
+        drainMs > 0 ? 'stop-drain' : 'stop',
+        {
+          stop_request: {
+            force: false,
+            drain_until: drainMs > 0 ? this.deps.clock.now() + drainMs : null,
+            by: 'user',
+            standby: true,
+            snapshot: 'suspend',
+          },
+        },
+        { resetRestarts: true },
+      );
       return { uuid: inst.id, name: inst.name, state: after?.state ?? inst.state, previous_state: inst.state };
     });
   }
@@ -312,6 +351,7 @@ export class InstanceService {
         ...(e.from_state ? { from_state: e.from_state } : {}),
         ...(e.to_state ? { to_state: e.to_state } : {}),
         ...stopFields(e),
+        ...(e.message ? { message: e.message } : {}),
       }));
       return { uuid: inst.id, name: inst.name, history };
     });

@@ -2,18 +2,13 @@ import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypt
 import { checkName } from '../domain/names.js';
 import { err } from '../errors.js';
 import type { Config } from '../config.js';
-import type { Hard, Limits, QuotaOverrides, Store, Tx, UserRec } from '../store/types.js';
+import type { Hard, QuotaOverrides, Store, Tx, UserRec } from '../store/types.js';
 import { decodeToken, TokenCache } from './tokens.js';
+import { effectiveQuotas } from '../domain/quotas.js';
 
 const sha256 = (s: string): Buffer => createHash('sha256').update(s).digest();
 
-/** Effective quotas of a user: defaults with the user's overrides. */
-export function effectiveQuotas(config: Config, user: UserRec): { hard: Hard; limits: Limits } {
-  return {
-    hard: { ...config.defaultQuotas.hard, ...user.quotas.hard },
-    limits: { ...config.defaultQuotas.limits, ...user.quotas.limits },
-  };
-}
+export { effectiveQuotas };
 
 /**
  * Checks inside a transaction that adding `delta` to the user's usage keeps

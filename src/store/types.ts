@@ -34,6 +34,8 @@ export interface Hard {
   domains: number;
   /** certificates: uploaded ones and those the platform requests for custom domains */
   certificates: number;
+  /** memory snapshots kept for the user's instances (stateful standby, suspend), MiB rounded up */
+  snapshot_mb: number;
 }
 export type Used = Hard;
 
@@ -96,6 +98,8 @@ export interface StopRequest {
   by: 'user' | 'platform';
   /** scale-to-zero: once the VM is down the instance is `standby` (woken by traffic), not `stopped` */
   standby?: boolean;
+  /** stateful standby or suspend: the VM's memory is kept in a snapshot (falls back to a plain stop when it cannot be) */
+  snapshot?: 'standby' | 'suspend';
   /** the host gave up on a boot that did not signal ready in time: no start follows the stop */
   gave_up?: boolean;
 }
@@ -167,6 +171,27 @@ export interface InstanceStatus {
   restart_count: number;
   /** driver-owned runtime facts (pid, sockets) for adoption after restart */
   runtime: Record<string, unknown>;
+  /** the memory snapshot this instance resumes from at its next start (stateful standby, suspend); null: none */
+  snapshot: SnapshotRec | null;
+}
+
+/**
+ * A memory snapshot of an instance's VM, kept on its host
+ * (docs/snapshots.md). It restores only into what it was taken from: the
+ * same image, memory, machine type and VMM build; else the instance boots
+ * afresh.
+ */
+export interface SnapshotRec {
+  /** bytes on disk */
+  bytes: number;
+  created_at: string;
+  /** why it was taken: an idle scale-to-zero master, or PUT suspend */
+  reason: 'standby' | 'suspend';
+  image: string;
+  memory_mb: number;
+  machine: string;
+  /** the VMM's build and accelerator (MachineDriver.snapshotVersion) */
+  vmm: string;
 }
 
 /** An instance as read: spec, placement and status together. */
@@ -221,6 +246,7 @@ export const STATUS_FIELDS = [
   'restart_next_at',
   'restart_count',
   'runtime',
+  'snapshot',
 ] as const satisfies readonly (keyof InstanceStatus)[];
 
 /** A host: the machine whose agent runs VMs (one for now: the daemon's own). */
@@ -366,13 +392,16 @@ export interface EventRec {
   instance_id: string;
   instance_name: string;
   group_id: string | null;
-  type: 'created' | 'state' | 'deleted';
+  /** `notice`: something the platform did or could not do, in words (`message`), without a state change */
+  type: 'created' | 'state' | 'deleted' | 'notice';
   from_state: InstanceState | null;
   to_state: InstanceState | null;
   /** the stop fields, on an event into `stopped` or `standby` */
   stop_reason: number | null;
   exit_code: number | null;
   stop_code: number | null;
+  /** what happened, in words (`notice` events) */
+  message: string | null;
 }
 
 export interface EventFilter {
@@ -404,6 +433,8 @@ export interface Tx {
     lastId(userId: string): Promise<number>;
     /** Removes events older than `before` (ISO time), except each user's newest; returns how many went. */
     prune(before: string): Promise<number>;
+    /** Appends a `notice` event of an instance: what the platform did or could not do, in words. */
+    notice(instance: Pick<InstanceRec, 'id' | 'user_id' | 'name' | 'service_group_id'>, message: string): void;
   };
   instances: Omit<UserTable<InstanceRec>, 'update'> & {
     /** services only: changes what the user asked for */

@@ -182,4 +182,29 @@ describe('the controllers over the memory drivers', () => {
     const woken = (await get(m.uuid))!;
     assert.equal(woken.start_count, 2, 'the same instance started again');
   });
+
+  test('suspend: only a running instance; a driver without snapshots falls back to a plain standby, and a notice says so', async () => {
+    const m = await boot('pausable', { service_group: SERVICE });
+    const r = await h.call('PUT', '/v1/instances/suspend', alice, { uuid: m.uuid });
+    assert.equal(r.body.data.instances[0].previous_state, 'running', r.text);
+    await h.until(async () => (await get(m.uuid))?.state === 'standby', 15_000);
+    const inst = (await get(m.uuid))!;
+    assert.equal(inst.snapshot, null);
+    assert.equal(inst.stop_reason, 15, 'stopped cleanly at the request of its user');
+    const hist = ok(await h.call('GET', '/v1/instances/history', alice, { uuid: m.uuid }))[0].history as any[];
+    const notices = hist.filter((e) => e.event === 'notice').map((e) => e.message);
+    assert.equal(notices.length, 1, JSON.stringify(hist));
+    assert.match(
+      notices[0],
+      /no memory snapshot: the 'memory' machine driver cannot take snapshots; the instance will boot afresh/,
+    );
+
+    // not running (standby, stopped): refused with the state, nothing changes
+    const again = await h.call('PUT', '/v1/instances/suspend', alice, { uuid: m.uuid });
+    assert.equal(again.body.status, 'error', again.text);
+    assert.match(again.text, /instance 'pausable' is standby: only a running instance can be suspended/);
+    const started = await h.call('PUT', '/v1/instances/start', alice, { uuid: m.uuid, wait_timeout_ms: 5000 });
+    assert.equal(started.body.data.instances[0].state, 'running', started.text);
+    assert.equal((await get(m.uuid))!.start_count, 2);
+  });
 });

@@ -62,6 +62,7 @@ describe('reading quotas', () => {
         registry_mb: 0,
         domains: 0,
         certificates: 0,
+        snapshot_mb: 0,
       },
       hard: h.daemon.config.defaultQuotas.hard,
       limits: h.daemon.config.defaultQuotas.limits,
@@ -109,6 +110,7 @@ describe('reading quotas', () => {
       registry_mb: 0,
       domains: 2,
       certificates: 0,
+      snapshot_mb: 0,
     });
   });
 

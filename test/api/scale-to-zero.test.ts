@@ -98,10 +98,27 @@ describe('configuration', () => {
     assert.equal((await autoscaleOf(off)).status, 'unconfigured');
   });
 
+  test("stateful: the SDK's stateful: true and features [scale-to-zero, stateful] both keep memory in standby; PATCH changes it", async () => {
+    const a = await create('stz-stateful', { scale_to_zero: { policy: 'on', stateful: true } });
+    assert.deepEqual(a.features, ['scale-to-zero', 'stateful']);
+    const b = await create('stz-stateful-f', { features: ['scale-to-zero', 'stateful'] });
+    assert.deepEqual(b.features, ['scale-to-zero', 'stateful']);
+    assert.equal((await autoscaleOf(b)).min_size, 0);
+    const patch = async (value: object) =>
+      ok(await h.call('PATCH', '/v1/instances', alice, [{ uuid: b.id, prop: 'scale_to_zero', op: 'set', value }]));
+    await patch({ policy: 'on', stateful: false });
+    assert.deepEqual((await get(b.id))!.features, ['scale-to-zero']);
+    await patch({ policy: 'on', stateful: true });
+    assert.deepEqual((await get(b.id))!.features, ['scale-to-zero', 'stateful']);
+    await patch({ policy: 'off' });
+    assert.deepEqual((await get(b.id))!.features, []);
+  });
+
   test('what cannot be honoured is refused with a message naming it, and nothing is created', async () => {
     const before = await counts();
     const cases: [Record<string, unknown>, RegExp][] = [
-      [{ scale_to_zero: { stateful: true } }, /scale_to_zero\.stateful.*not supported/],
+      [{ features: ['stateful'] }, /'stateful'.*needs 'scale-to-zero'/],
+      [{ scale_to_zero: { policy: 'off', stateful: true } }, /scale_to_zero\.stateful.*policy is 'off'/],
       [{ scale_to_zero: { policy: 'idle' } }, /scale_to_zero\.policy.*'idle'.*not supported/],
       [{ scale_to_zero: { notify_time_ms: 10 } }, /scale_to_zero\.notify_time_ms/],
       [{ scale_to_zero: { policy: 'off' }, features: ['scale-to-zero'] }, /'off' contradicts/],

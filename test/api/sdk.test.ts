@@ -1,7 +1,7 @@
 /**
  * The official JS SDK (`@unikraft/cloud`, pinned in devDependencies) drives a
  * real daemon unchanged, as a new user would: every call it offers, but the
- * memory-snapshot ones (suspend, checkpoints, instance templates) and the
+ * memory-snapshot ones still missing (checkpoints, instance templates) and the
  * control plane's provisioning. Any SDK error fails the test. Machines are
  * simulated (the SDK sees the API only), volumes are real ext4 files; test/vm/sdk-boot.test.ts boots a
  * real guest through it.
@@ -101,6 +101,29 @@ describe('instances', () => {
     await api.getInstanceLogsByUuid(i.uuid);
     await api.stopInstanceByUuid(i.uuid, { body: {} });
     await api.deleteInstanceByUuid(i.uuid);
+  });
+
+  test('suspend: the handle, the plural call and the raw by-UUID form; start resumes', async () => {
+    const i = await ukc.instances.create({ image: 'app:latest', name: 'napper', autostart: true, timeout_s: 5 });
+    const until = async (state: string) => {
+      for (let n = 0; n < 100 && (await ukc.instances.get({ uuid: i.uuid }).refresh()).state !== state; n++)
+        await new Promise((r) => setTimeout(r, 20));
+      assert.equal((await ukc.instances.get({ uuid: i.uuid }).refresh()).state, state);
+    };
+    await until('running');
+    const s = await ukc.instances.get({ name: 'napper' }).suspend();
+    assert.equal(s.previous_state, 'running');
+    await until('standby');
+    await ukc.instances.get({ name: 'napper' }).start();
+    await until('running');
+    const [p] = await ukc.instances.suspend([{ uuid: i.uuid }]);
+    assert.equal(p!.uuid, i.uuid);
+    await until('standby');
+    await ukc.instances.get({ name: 'napper' }).start();
+    await until('running');
+    await raw().instances.suspendInstanceByUuid(i.uuid, { body: { drain_timeout_ms: 0 } });
+    await until('standby');
+    await ukc.instances.get({ name: 'napper' }).delete();
   });
 
   test('an unknown instance is a 404 UnikraftCloudError, not a crash', async () => {

@@ -65,7 +65,10 @@ const CreateBody = Type.Object(
           FEATURES.map((f) => Type.Literal(f)),
           { errorMessage: `expected one of ${FEATURES.join(', ')}` },
         ),
-        { description: 'Features: scale-to-zero (needs a service_group), delete-on-stop.' },
+        {
+          description:
+            'Features: scale-to-zero (needs a service_group), stateful (with scale-to-zero: memory kept in standby), delete-on-stop.',
+        },
       ),
     ),
     scale_to_zero: Opt(
@@ -78,7 +81,11 @@ const CreateBody = Type.Object(
             ),
           ),
           cooldown_time_ms: Opt(Int('Idle time before standby. Default 1000.', { minimum: 0 })),
-          stateful: Opt(Bool('Keep memory in standby: not supported, true is refused.')),
+          stateful: Opt(
+            Bool(
+              'Keep the memory of the instance in standby (a snapshot; woken by restoring it). Same as features: [stateful].',
+            ),
+          ),
           notify_time_ms: Opt(Int('Notice before standby: not supported, above 0 is refused.', { minimum: 0 })),
         },
         {
@@ -201,6 +208,22 @@ export const instanceEndpoints = [
       { additionalProperties: false },
     ),
     handle: async (ctx, e) => ctx.services.instances.stop(ctx.user, e.target!, e.params),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'PUT',
+    path: '/v1/instances/suspend',
+    localPath: '/v1/instances/:uuid/suspend',
+    plural: P,
+    summary:
+      'Suspend running instances: their memory goes to a snapshot and they wait in standby; start (or traffic, with scale-to-zero) resumes them where they were (does not block).',
+    target: 'required',
+    batch: true,
+    params: Type.Object(
+      { drain_timeout_ms: Opt(TimeoutMs('Drain connections for at most this long first. -1 the longest.')) },
+      { additionalProperties: false },
+    ),
+    handle: async (ctx, e) => ctx.services.instances.suspend(ctx.user, e.target!, e.params),
     response: Summary,
   }),
   endpoint({

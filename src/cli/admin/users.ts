@@ -46,6 +46,7 @@ const HARD_KEYS: (keyof Hard)[] = [
   'registry_mb',
   'domains',
   'certificates',
+  'snapshot_mb',
 ];
 const LIMIT_KEYS: (keyof Limits)[] = [
   'min_memory_mb',

@@ -15,6 +15,7 @@ interface EventsOpts {
 /** The change an event records, in a few words. */
 function change(e: InstanceEvent): string {
   if (e.type === 'state') return `${e.from_state ?? '?'} -> ${e.to_state ?? '?'}`;
+  if (e.type === 'notice') return `notice: ${e.message ?? ''}`;
   return e.type;
 }
 

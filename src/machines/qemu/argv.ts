@@ -73,6 +73,8 @@ export function qemuArgv(spec: MachineSpec, o: QemuOptions): string[] {
     // romfile= : no iPXE option ROM (its banner would reach the console, and nothing boots from the NIC)
     a.push('-device', `${micro ? 'virtio-net-device' : 'virtio-net-pci,romfile='},netdev=net0,mac=${spec.nic.mac}`);
   }
+  // a snapshot arrives on the descriptor the driver passes as fd 3 (machines/qemu/snapshot.ts)
+  if (spec.restore) a.push('-incoming', 'fd:3');
   for (const d of spec.disks) {
     a.push('-drive', `file=${d.path},if=none,id=${d.tag},format=raw${d.readonly ? ',readonly=on' : ''}`);
     a.push('-device', `${micro ? 'virtio-blk-device' : 'virtio-blk-pci'},drive=${d.tag},serial=${d.tag}`);

@@ -24,6 +24,7 @@ import { confinedCommand, jailArgv, jailRoot, makeCgroups, processUid, removeCgr
 import { alive, hostVms, killVm } from './procs.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
+import { qemuVersion, resumeRestored, snapshotSocket, writeSnapshot } from './snapshot.js';
 
 export interface QemuDriverOptions extends QemuOptions {
   qemu: string;
@@ -54,6 +55,8 @@ interface Vm {
   /** the control channel (unihost contract) */
   ctl: ControlTail | null;
   seen: { init: boolean; ready: boolean };
+  /** booted from a snapshot: resumed once QEMU has loaded it (no boot banner, no control lines to wait for) */
+  restoring: boolean;
   console: ConsoleLog;
   /** console bytes of this boot (for the crash cause), capped */
   bootConsole: string;
@@ -72,11 +75,16 @@ export class QemuDriver implements MachineDriver {
   private readonly vms = new Map<string, Vm>();
   /** the uid chosen for a VM being spawned, until it is tracked */
   private readonly uids = new Map<string, number>();
+  private version: string | undefined;
 
   constructor(
     private readonly o: QemuDriverOptions,
     private readonly onEvent: (id: string, ev: MachineEvent) => void,
   ) {}
+
+  get snapshotVersion(): string {
+    return (this.version ??= `${qemuVersion(this.o.qemu)}; ${this.o.accel}`);
+  }
 
   async start(spec: MachineSpec): Promise<MachineRuntime> {
     if (this.vms.get(spec.id)?.exited === false) throw new Error(`VM ${spec.id} is already running`);
@@ -91,12 +99,17 @@ export class QemuDriver implements MachineDriver {
     for (const p of Object.values(f)) rmSync(p, { force: true });
     const [cmd, ...args] = this.command(spec);
     const err = openSync(f.stderr, 'w');
+    // the snapshot to restore, as QEMU's fd 3 (`-incoming fd:3`, argv.ts)
+    let snap: number | undefined;
     const spawnedAt = Date.now();
     let child;
     try {
-      child = spawn(cmd!, args, { detached: true, stdio: ['ignore', 'ignore', err] });
+      if (spec.restore) snap = openSync(spec.restore, 'r');
+      const stdio = ['ignore', 'ignore', err, ...(snap === undefined ? [] : [snap])];
+      child = spawn(cmd!, args, { detached: true, stdio: stdio as ('ignore' | number)[] });
     } finally {
       closeSync(err);
+      if (snap !== undefined) closeSync(snap);
     }
     const pid = await new Promise<number>((resolve, reject) => {
       child.once('spawn', () => resolve(child.pid!));
@@ -184,6 +197,7 @@ export class QemuDriver implements MachineDriver {
           : null,
       uid: adopted ? processUid(pid) : this.uids.get(spec.id),
       seen: { init: false, ready: false },
+      restoring: !!spec.restore && !adopted,
       console: new ConsoleLog(this.o.logDir(spec.id)),
       bootConsole: '',
       serialOffset: adopted ? savedSerialPos(spec.dir) : 0,
@@ -221,9 +235,36 @@ export class QemuDriver implements MachineDriver {
         }, 50);
       });
       this.onEvent(vm.id, { type: 'loaded', at: Date.now() });
+      if (vm.restoring) await this.resume(vm, q);
     } catch (e) {
       this.o.log?.({ id: vm.id, err: e }, 'QMP connection failed');
     }
+  }
+
+  /** A VM booted from a snapshot: resumed once loaded; its init and ready are that moment (the guest booted long ago). */
+  private async resume(vm: Vm, q: QmpClient): Promise<void> {
+    try {
+      await resumeRestored(q, 30_000);
+    } catch (e) {
+      this.o.log?.({ id: vm.id, err: (e as Error).message }, 'restoring the snapshot failed; ending the VM');
+      await this.kill(vm.id);
+      return;
+    }
+    const at = Date.now();
+    vm.seen.init = vm.seen.ready = true;
+    this.onEvent(vm.id, { type: 'init', at });
+    this.onEvent(vm.id, { type: 'ready', at });
+  }
+
+  async snapshot(id: string, path: string): Promise<{ bytes: number }> {
+    const vm = this.vms.get(id);
+    if (!vm || vm.exited) throw new Error('the VM is not running');
+    if (!vm.qmp) throw new Error('the VM has no QMP connection');
+    const socket = snapshotSocket(this.o.confine === false ? null : jailRoot(vm.dir), vm.dir);
+    const r = await writeSnapshot(vm.qmp, { path, socket, uid: vm.uid });
+    // the guest is paused and saved: QEMU ends (its exit is reported like any other)
+    await vm.qmp?.execute('quit').catch(() => undefined);
+    return r;
   }
 
   /**
@@ -270,7 +311,7 @@ export class QemuDriver implements MachineDriver {
           this.onEvent(vm.id, { type: 'ready', at: Date.now() });
         }
       }
-    } else if (!vm.seen.ready && handoverOffset(vm.bootConsole) >= 0) {
+    } else if (!vm.restoring && !vm.seen.ready && handoverOffset(vm.bootConsole) >= 0) {
       // Stock Unikraft kernels have no control channel: the end of the boot banner is the
       // handover to the application (machines/unikraft.ts).
       const at = Date.now();

@@ -325,14 +325,14 @@ export class PostgresStore implements Store {
     if (e.length > 0)
       await q(
         `INSERT INTO events (id, user_seq, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
-             stop_reason, exit_code, stop_code)
+             stop_reason, exit_code, stop_code, message)
            SELECT nextval('event_ids'),
                coalesce((SELECT max(x.user_seq) FROM events x WHERE x.user_id = ev.u), 0)
                  + row_number() OVER (PARTITION BY ev.u ORDER BY ev.n),
-               a, u, i, nm, g, ty, f, tt, sr, ec, sc
+               a, u, i, nm, g, ty, f, tt, sr, ec, sc, ms
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-               $9::int[], $10::int[], $11::bigint[])
-               WITH ORDINALITY AS ev(a, u, i, nm, g, ty, f, tt, sr, ec, sc, n)
+               $9::int[], $10::int[], $11::bigint[], $12::text[])
+               WITH ORDINALITY AS ev(a, u, i, nm, g, ty, f, tt, sr, ec, sc, ms, n)
              ORDER BY n`,
         [
           e.map((x) => x.at),
@@ -346,6 +346,7 @@ export class PostgresStore implements Store {
           e.map((x) => x.stop_reason),
           e.map((x) => x.exit_code),
           e.map((x) => x.stop_code),
+          e.map((x) => x.message),
         ],
       );
     await q(`SELECT pg_notify('${CHANNEL}', '')`);

@@ -234,4 +234,8 @@ export const PG_MIGRATIONS: string[] = [
     FROM (SELECT id, row_number() OVER (PARTITION BY user_id ORDER BY id) AS n FROM events) r WHERE e.id = r.id;
   CREATE INDEX events_user_seq ON events(user_id, user_seq);
   `,
+  /* 5: SQLite migration 8 (memory snapshots, event messages) */ `
+  ALTER TABLE instance_status ADD COLUMN snapshot jsonb;
+  ALTER TABLE events ADD COLUMN message text;
+  `,
 ];

@@ -129,6 +129,7 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       stop_reason: null,
       exit_code: null,
       stop_code: null,
+      message: null,
       ...e,
     });
   };
@@ -248,7 +249,7 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
     events: {
       after: (userId, after, f, limit) =>
         many<EventRec>(
-          `SELECT user_seq AS id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state, stop_reason, exit_code, stop_code FROM events
+          `SELECT user_seq AS id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state, stop_reason, exit_code, stop_code, message FROM events
              WHERE user_id=$1 AND user_seq>$2 AND ($3::text IS NULL OR instance_id=$3)
              AND ($4::text IS NULL OR instance_name=$4) AND ($5::text IS NULL OR group_id=$5) ORDER BY user_seq LIMIT $6`,
           userId,
@@ -260,6 +261,11 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
         ),
       lastId: async (userId) =>
         Number((await q('SELECT coalesce(max(user_seq), 0) AS id FROM events WHERE user_id=$1', [userId]))[0]!.id),
+      notice: (i, message) => {
+        event(i, { type: 'notice', message });
+        // a change of the instance: event streams wake for it, and the commit writes it
+        cur().changes.set(`instance:${i.id}`, { kind: 'instance', id: i.id });
+      },
       prune: async (before) => {
         cur();
         const r = await q(
@@ -431,4 +437,6 @@ const USAGE_SQL = `SELECT
      (SELECT DISTINCT digest, size FROM registry_links
         WHERE namespace=(SELECT name FROM users WHERE id=$1)) AS l) AS registry_mb,
   (SELECT count(*)::int FROM domains WHERE user_id=$1) AS domains,
-  (SELECT count(*)::int FROM certificates WHERE user_id=$1) AS certificates`;
+  (SELECT count(*)::int FROM certificates WHERE user_id=$1) AS certificates,
+  (SELECT ((coalesce(sum((snapshot->>'bytes')::bigint),0)::bigint + 1048575) / 1048576)::int FROM instances
+     JOIN instance_status USING (id) WHERE user_id=$1 AND snapshot IS NOT NULL) AS snapshot_mb`;

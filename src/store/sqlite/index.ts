@@ -108,10 +108,10 @@ export class SqliteStore implements Store {
     if (cur.events.length > 0) {
       const ins = this.w.prepare(
         `INSERT INTO events (user_seq, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
-             stop_reason, exit_code, stop_code)
+             stop_reason, exit_code, stop_code, message)
            VALUES ((SELECT coalesce(max(user_seq), 0) + 1 FROM events WHERE user_id=@user_id),
              @at, @user_id, @instance_id, @instance_name, @group_id, @type, @from_state, @to_state,
-             @stop_reason, @exit_code, @stop_code)`,
+             @stop_reason, @exit_code, @stop_code, @message)`,
       );
       for (const e of cur.events) ins.run(e);
     }

@@ -302,4 +302,8 @@ export const MIGRATIONS: string[] = [
   UPDATE events SET user_seq = (SELECT count(*) FROM events e2 WHERE e2.user_id = events.user_id AND e2.id <= events.id);
   CREATE INDEX events_user_seq ON events(user_id, user_seq);
   `,
+  /* 8: memory snapshots (issue 25: stateful standby, suspend), and events that carry a message */ `
+  ALTER TABLE instance_status ADD COLUMN snapshot TEXT;
+  ALTER TABLE events ADD COLUMN message TEXT;
+  `,
 ];

@@ -145,6 +145,7 @@ export function makeTx(
       stop_reason: null,
       exit_code: null,
       stop_code: null,
+      message: null,
       ...e,
     });
   };
@@ -290,7 +291,7 @@ export function makeTx(
     events: {
       after: async (userId, after, f, limit) =>
         prep(
-          `SELECT user_seq AS id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state, stop_reason, exit_code, stop_code FROM events
+          `SELECT user_seq AS id, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state, stop_reason, exit_code, stop_code, message FROM events
              WHERE user_id=@u AND user_seq>@after AND (@i IS NULL OR instance_id=@i)
              AND (@n IS NULL OR instance_name=@n) AND (@g IS NULL OR group_id=@g) ORDER BY user_seq LIMIT @limit`,
         ).all({
@@ -303,6 +304,11 @@ export function makeTx(
         }) as EventRec[],
       lastId: async (userId) =>
         (prep('SELECT coalesce(max(user_seq), 0) AS id FROM events WHERE user_id=?').get(userId) as { id: number }).id,
+      notice: (i, message) => {
+        event(i, { type: 'notice', message });
+        // a change of the instance: event streams wake for it, and the commit writes it
+        cur().changes.set(`instance:${i.id}`, { kind: 'instance', id: i.id });
+      },
       prune: async (before) => {
         cur();
         return prep(PRUNE_SQL.replace('$1', '?')).run(before).changes;
@@ -456,4 +462,6 @@ const USAGE_SQL = `SELECT
      (SELECT DISTINCT digest, size FROM registry_links
         WHERE namespace=(SELECT name FROM users WHERE id=@u))) AS registry_mb,
   (SELECT count(*) FROM domains WHERE user_id=@u) AS domains,
-  (SELECT count(*) FROM certificates WHERE user_id=@u) AS certificates`;
+  (SELECT count(*) FROM certificates WHERE user_id=@u) AS certificates,
+  (SELECT (coalesce(sum(json_extract(snapshot, '$.bytes')),0) + 1048575) / 1048576 FROM instances
+     JOIN instance_status USING (id) WHERE user_id=@u AND snapshot IS NOT NULL) AS snapshot_mb`;

@@ -1,0 +1,186 @@
+import { existsSync, rmSync, statfsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { MachineDriver, MachineSpec } from '../machines/driver.js';
+import type { InstanceRec, SnapshotRec } from '../store/types.js';
+import { effectiveQuotas } from '../domain/quotas.js';
+import type { ControllerDeps } from './deps.js';
+import type { RuntimeRec } from './machine-plan.js';
+
+const MiB = 1024 * 1024;
+/** Disk a snapshot must leave free on the data dir's file system. */
+const DISK_RESERVE = 256 * MiB;
+
+/** Where an instance's memory snapshot lives on its host (removed with the instance's directory). */
+export const snapshotFile = (instanceDir: string): string => join(instanceDir, 'snapshot.mem');
+
+type Log = { info(o: object, m: string): void; warn(o: object, m: string): void };
+
+/**
+ * Memory snapshots of instances (docs/snapshots.md), for the machine
+ * controller: taken instead of a shutdown when a stop asks for one
+ * (stateful standby, suspend), restored instead of a boot when the
+ * instance has one that fits. Whatever goes wrong falls back to what the
+ * platform did before snapshots (a plain stop, a cold boot) with a console
+ * note, a log line and a `notice` event: a snapshot is an optimisation of
+ * state the user asked to keep, never a reason for an instance not to run.
+ */
+export class Snapshots {
+  constructor(
+    private readonly s: ControllerDeps,
+    private readonly driver: MachineDriver,
+    private readonly log: Log,
+    /** appends a platform line to the instance's console log */
+    private readonly note: (id: string, msg: string) => void,
+  ) {}
+
+  /**
+   * Takes the snapshot a stop asks for and ends the VM. Returns true when
+   * it was written and recorded (the VM is ending), false when the stop
+   * must go on as a plain one (said why everywhere).
+   */
+  async take(inst: InstanceRec, rt: Partial<RuntimeRec>): Promise<boolean> {
+    const reason = inst.stop_request?.snapshot ?? 'standby';
+    const problem = await this.cannotTake(inst);
+    if (problem) {
+      await this.fellBack(inst, `no memory snapshot: ${problem}; the instance will boot afresh`);
+      return false;
+    }
+    const path = snapshotFile(this.s.paths.instance(inst.id));
+    const t0 = this.s.clock.now();
+    let bytes: number;
+    try {
+      ({ bytes } = await this.driver.snapshot!(inst.id, path));
+    } catch (e) {
+      await this.fellBack(inst, `the memory snapshot failed (${(e as Error).message}); the instance will boot afresh`);
+      return false;
+    }
+    const now = this.s.clock.now();
+    const rec: SnapshotRec = {
+      bytes,
+      created_at: new Date(now).toISOString(),
+      reason,
+      image: inst.image,
+      memory_mb: inst.memory_mb,
+      machine: rt.machine ?? 'unknown',
+      vmm: this.driver.snapshotVersion ?? 'unknown',
+    };
+    await this.s.store.tx(async (tx) => {
+      if (!(await tx.instances.getAny(inst.id))) return;
+      await tx.instances.updateStatus(inst.id, { snapshot: rec, runtime: { ...rt, stopSentAt: now } });
+    });
+    this.log.info({ id: inst.id, bytes, ms: now - t0, reason }, 'memory snapshot taken; the VM ends');
+    return true;
+  }
+
+  /** Why no snapshot can be taken now (the user's quota, the disk, the driver), or null. */
+  private async cannotTake(inst: InstanceRec): Promise<string | null> {
+    if (!this.driver.snapshot) return `the '${this.driver.name}' machine driver cannot take snapshots`;
+    // at most the guest's memory (zero pages take a few bytes each)
+    const need = inst.memory_mb * MiB;
+    const quota = await this.s.store.read(async (tx) => {
+      const user = await tx.users.get(inst.user_id);
+      if (!user) return null;
+      return {
+        used: (await tx.usage(user.id)).snapshot_mb,
+        max: effectiveQuotas(this.s.config, user).hard.snapshot_mb,
+      };
+    });
+    if (quota && quota.used + inst.memory_mb > quota.max)
+      return `quota 'snapshot_mb' would be exceeded (${quota.used} MiB used + up to ${inst.memory_mb} MiB > ${quota.max} MiB)`;
+    try {
+      const fs = statfsSync(this.s.config.dataDir);
+      const free = fs.bavail * fs.bsize;
+      if (free < need + DISK_RESERVE)
+        return `the data dir's disk has ${Math.floor(free / MiB)} MiB free, less than ${inst.memory_mb + DISK_RESERVE / MiB} MiB`;
+    } catch {
+      /* statfs not possible: the write itself will tell */
+    }
+    return null;
+  }
+
+  private async fellBack(inst: InstanceRec, msg: string): Promise<void> {
+    this.note(inst.id, msg);
+    this.log.warn({ id: inst.id }, msg);
+    await this.s.store.tx(async (tx) => {
+      const cur = await tx.instances.getAny(inst.id);
+      if (cur) tx.events.notice(cur, msg);
+    });
+  }
+
+  /**
+   * The snapshot a boot of `inst` restores from (set on `spec.restore`), or
+   * none: a snapshot that no longer fits the instance (image, memory,
+   * machine, VMM build) or whose file is gone is dropped with a note, and
+   * the instance boots afresh.
+   */
+  async planRestore(inst: InstanceRec, spec: MachineSpec): Promise<boolean> {
+    const snap = inst.snapshot;
+    if (!snap) return false;
+    const path = snapshotFile(spec.dir);
+    const mismatch = !existsSync(path)
+      ? 'its file is missing'
+      : snap.image !== inst.image
+        ? `it was taken of image ${snap.image}, the instance now has ${inst.image}`
+        : snap.memory_mb !== inst.memory_mb
+          ? `it was taken with ${snap.memory_mb} MB of memory, the instance now has ${inst.memory_mb} MB`
+          : snap.machine !== spec.machine
+            ? `it was taken on machine type ${snap.machine}, the image now boots on ${spec.machine}`
+            : snap.vmm !== this.driver.snapshotVersion
+              ? `it was taken by ${snap.vmm}, this host runs ${this.driver.snapshotVersion ?? 'a driver without snapshots'}`
+              : null;
+    if (!mismatch) {
+      spec.restore = path;
+      return true;
+    }
+    await this.drop(inst, `the memory snapshot cannot be restored (${mismatch}); booting afresh`);
+    return false;
+  }
+
+  /**
+   * A boot from a snapshot ended before the guest resumed: the snapshot is
+   * dropped and the instance boots afresh (true), if it is still meant to
+   * start; false when the exit must be recorded as usual.
+   */
+  async restoreFailed(inst: InstanceRec, stderr: string): Promise<boolean> {
+    if (inst.state !== 'starting' || inst.desired !== 'running') return false;
+    const why = stderr.trim().split('\n').slice(-2).join(' ') || 'QEMU ended while loading it';
+    await this.drop(inst, `restoring the memory snapshot failed (${why}); booting afresh`, { runtime: {} });
+    return true;
+  }
+
+  /** The guest resumed from the snapshot: the file has served (a later stop takes a new one). */
+  async consumed(id: string): Promise<void> {
+    await this.s.store.tx(async (tx) => {
+      if (await tx.instances.getAny(id)) await tx.instances.updateStatus(id, { snapshot: null });
+    });
+    rmSync(snapshotFile(this.s.paths.instance(id)), { force: true });
+  }
+
+  /**
+   * Level-based clean-up of an instance without a VM: a snapshot of a
+   * stopped instance is discarded (a stop ends what a suspend or standby
+   * kept), and a file no record points at is removed.
+   */
+  async tidy(inst: InstanceRec): Promise<void> {
+    if (inst.snapshot && inst.state === 'stopped') {
+      await this.s.store.tx(async (tx) => {
+        const cur = await tx.instances.getAny(inst.id);
+        if (cur?.snapshot && cur.state === 'stopped') await tx.instances.updateStatus(inst.id, { snapshot: null });
+      });
+      this.log.info({ id: inst.id }, 'memory snapshot discarded: the instance was stopped');
+    } else if (inst.snapshot) return;
+    rmSync(snapshotFile(this.s.paths.instance(inst.id)), { force: true });
+  }
+
+  private async drop(inst: InstanceRec, msg: string, extra: { runtime?: Record<string, unknown> } = {}): Promise<void> {
+    this.note(inst.id, msg);
+    this.log.warn({ id: inst.id }, msg);
+    await this.s.store.tx(async (tx) => {
+      const cur = await tx.instances.getAny(inst.id);
+      if (!cur) return;
+      await tx.instances.updateStatus(inst.id, { snapshot: null, ...extra });
+      tx.events.notice(cur, msg);
+    });
+    rmSync(snapshotFile(this.s.paths.instance(inst.id)), { force: true });
+  }
+}

@@ -1,0 +1,300 @@
+/**
+ * Memory snapshots with real guests through the real gateway, inside a
+ * network namespace this test creates and deletes (the file re-runs itself
+ * there):
+ *
+ * * the Linux `http` image with stateful scale-to-zero: its request counter
+ *   (kept in guest RAM) goes on after a wake, with one boot in its console
+ *   log, no QEMU while in standby, the snapshot shown and then consumed;
+ *   PUT suspend and start resume it the same way; a stop discards the
+ *   snapshot;
+ * * a snapshot that no longer fits (another VMM build) and a corrupt one:
+ *   the instance boots afresh, with a notice event saying why;
+ * * Unikraft's c-http (UNIHOST_UNIKRAFT_DIR, default ../shared/unikraft;
+ *   skipped with a message when absent): woken from its snapshot it answers
+ *   through the gateway and prints no second boot banner.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import tls from 'node:tls';
+import pino from 'pino';
+import { Agent, request } from 'undici';
+import { defaultControllers } from '../../src/controllers.js';
+import { importGuestImages } from '../../src/images/guest.js';
+import type { GatewayController } from '../../src/reconcile/gateway.js';
+import { snapshotFile } from '../../src/reconcile/machine-snapshots.js';
+import { startHarness, type Harness } from '../helpers/harness.js';
+import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
+import { closeVmHarness, guestOut, poll, unikraftDir } from '../helpers/vm.js';
+import { requirePart } from '../helpers/require.js';
+
+type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+const UK = unikraftDir();
+
+if (!insideTestNetns()) {
+  runInTestNetns(
+    import.meta.url,
+    'memory snapshots: stateful standby, suspend, fall-backs, through the gateway in a test-made namespace',
+    !canRunNetns() && 'needs root, ip, nft, QEMU and mkfs.ext4',
+  );
+} else {
+  describe('memory snapshots, inside the namespace', () => {
+    let h: Harness;
+    let t: string;
+    let gwc: GatewayController;
+    let ca: string;
+    const get = async (name: string): Promise<Any> =>
+      (await h.call('GET', '/v1/instances', t, { name })).body.data.instances[0];
+    const inState = (name: string, state: string) =>
+      poll(`${name} ${state}`, async () => (await get(name)).state === state, 60_000, 100);
+    /** The instance's whole console log (every boot of it). */
+    const consoleOf = (id: string): string => {
+      const f = join(h.daemon.services.paths.instance(id), 'console.log');
+      return existsSync(f) ? readFileSync(f, 'utf8') : '';
+    };
+    const vmRunning = (id: string): boolean => qemuOf(id).length > 0;
+    const qemuOf = (id: string): string[] => {
+      const out: string[] = [];
+      for (const pid of readdirNumeric('/proc')) {
+        try {
+          if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`unihost-${id}`)) out.push(pid);
+        } catch {
+          /* gone */
+        }
+      }
+      return out;
+    };
+
+    async function viaGateway(fqdn: string, agent: Agent, path = '/cgi-bin/count') {
+      const r = await request(`https://127.0.0.1:${gwc.dataPlane!.boundPort(443)}${path}`, {
+        headers: { host: fqdn },
+        dispatcher: agent,
+        headersTimeout: 60_000,
+      });
+      return { status: r.statusCode, body: (await r.body.text()).trim() };
+    }
+
+    async function create(name: string, image: string, services: object[], memory: number, extra: object = {}) {
+      const r = await h.call('POST', '/v1/instances', t, {
+        name,
+        image,
+        memory_mb: memory,
+        service_group: { services },
+        autostart: true,
+        wait_timeout_ms: 120_000,
+        ...extra,
+      });
+      assert.equal(r.body.status, 'success', r.text);
+      const e = r.body.data.instances[0];
+      assert.equal(e.state, 'running', r.text);
+      return { ...e, fqdn: e.service_group.domains[0].fqdn as string };
+    }
+
+    const notices = async (name: string): Promise<string[]> => {
+      const r = await h.call('GET', '/v1/instances/history', t, { name });
+      return (r.body.data.instances[0].history as Any[]).filter((e) => e.event === 'notice').map((e) => e.message);
+    };
+
+    before(async () => {
+      const log = pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' });
+      h = await startHarness(
+        {
+          machines: { accel: 'tcg', bootTimeoutMs: 60_000 },
+          subnet: '10.78.0.0/24',
+          network: { enabled: true, bridge: 'uhbr0', dns: false },
+        },
+        (s) => defaultControllers(s, log),
+      );
+      await importGuestImages(h.daemon.services.images, guestOut());
+      if (UK) {
+        const kernel = join(UK, 'c-http_qemu-x86_64');
+        await h.daemon.services.images.importKernel('c-http:latest', {
+          kernel,
+          ports: [8080],
+          machine: 'pc',
+          firmware: 'seabios',
+        });
+      }
+      t = await h.user('snap');
+      gwc = h.daemon.controllers.find(
+        (c) => (c as GatewayController).dataPlane !== undefined && 'waker' in (c as object),
+      ) as GatewayController;
+      ca = readFileSync(gwc.ca!.caPath, 'utf8');
+    });
+
+    after(async () => {
+      if (h) await closeVmHarness(h, [t]);
+    });
+
+    test('Linux http, stateful scale-to-zero and suspend: the count kept in RAM goes on; one boot; a stop discards', async () => {
+      const web = await create(
+        'web',
+        'http:latest',
+        [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }],
+        128,
+        {
+          scale_to_zero: { policy: 'on', stateful: true, cooldown_time_ms: 1500 },
+        },
+      );
+      assert.deepEqual((await get('web')).features, ['scale-to-zero', 'stateful']);
+      const agent = new Agent({ connect: { ca, servername: web.fqdn } });
+      try {
+        assert.deepEqual(await viaGateway(web.fqdn, agent), { status: 200, body: '1' });
+        assert.deepEqual(await viaGateway(web.fqdn, agent), { status: 200, body: '2' });
+        await inState('web', 'standby');
+        let i = await get('web');
+        assert.equal(i.stop_reason, 7, 'a clean stop by the platform');
+        assert.equal(i.snapshot.reason, 'standby');
+        const file = snapshotFile(h.daemon.services.paths.instance(web.uuid));
+        assert.equal(statSync(file).size, i.snapshot.size_bytes);
+        assert.ok(
+          i.snapshot.size_bytes < 128 * 1024 * 1024,
+          `${i.snapshot.size_bytes} bytes: zero pages are not written`,
+        );
+        process.stderr.write(`stateful standby of Linux http (128 MB): snapshot of ${i.snapshot.size_bytes} bytes\n`);
+        await poll('no QEMU in standby', async () => !vmRunning(web.uuid), 10_000, 50);
+        const quota = (await h.call('GET', '/v1/users/quotas', t)).body.data.quotas[0];
+        assert.equal(quota.used.snapshot_mb, Math.ceil(i.snapshot.size_bytes / 1024 / 1024));
+
+        const t0 = Date.now();
+        assert.deepEqual(await viaGateway(web.fqdn, agent), { status: 200, body: '3' }, 'the count goes on');
+        process.stderr.write(`stateful wake -> first answer through the gateway (Linux http): ${Date.now() - t0} ms\n`);
+        i = await get('web');
+        assert.equal(i.state, 'running');
+        assert.equal(i.start_count, 2);
+        assert.equal(i.snapshot, undefined, 'consumed by the restore');
+        await poll('the snapshot file is gone', async () => !existsSync(file), 5000, 50);
+        assert.equal(consoleOf(web.uuid).match(/http: listening on/g)?.length, 1, 'one boot in the console log');
+
+        // PUT suspend, then start: resumed the same way (and traffic keeps it awake meanwhile)
+        const s = await h.call('PUT', '/v1/instances/suspend', t, { name: 'web' });
+        assert.equal(s.body.status, 'success', s.text);
+        await inState('web', 'standby');
+        assert.equal((await get('web')).snapshot.reason, 'suspend');
+        const st = await h.call('PUT', '/v1/instances/start', t, { name: 'web', wait_timeout_ms: 60_000 });
+        assert.equal(st.body.data.instances[0].state, 'running', st.text);
+        assert.deepEqual(await viaGateway(web.fqdn, agent), { status: 200, body: '4' });
+        assert.equal(consoleOf(web.uuid).match(/http: listening on/g)?.length, 1);
+
+        // a stop of a suspended instance discards its snapshot
+        await h.call('PUT', '/v1/instances/suspend', t, { name: 'web' });
+        await inState('web', 'standby');
+        assert.ok(existsSync(file));
+        await h.call('PUT', '/v1/instances/stop', t, { name: 'web' });
+        await inState('web', 'stopped');
+        await poll(
+          'the snapshot is discarded',
+          async () => !existsSync(file) && !(await get('web')).snapshot,
+          10_000,
+          50,
+        );
+        assert.deepEqual(await notices('web'), [], 'nothing fell back');
+      } finally {
+        await agent.close();
+      }
+    });
+
+    test('a snapshot that does not fit, or is corrupt: the instance boots afresh and a notice says why', async () => {
+      const web = await create(
+        'fit',
+        'http:latest',
+        [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }],
+        128,
+      );
+      const agent = new Agent({ connect: { ca, servername: web.fqdn } });
+      try {
+        // a group without scale-to-zero answers 503 until the gateway routes to its started instance
+        const served = async (): Promise<string> => {
+          let r = await viaGateway(web.fqdn, agent);
+          await poll(
+            'the gateway routes to fit',
+            async () => (r = await viaGateway(web.fqdn, agent)).status === 200,
+            10_000,
+            100,
+          );
+          return r.body;
+        };
+        assert.equal(await served(), '1');
+        await h.call('PUT', '/v1/instances/suspend', t, { name: 'fit' });
+        await inState('fit', 'standby');
+        // as if the host's QEMU had been upgraded while it slept
+        await h.daemon.store.tx(async (tx) => {
+          const cur = (await tx.instances.getAny(web.uuid))!;
+          await tx.instances.updateStatus(web.uuid, {
+            snapshot: { ...cur.snapshot!, vmm: 'QEMU emulator version 0.1' },
+          });
+        });
+        let st = await h.call('PUT', '/v1/instances/start', t, { name: 'fit', wait_timeout_ms: 60_000 });
+        assert.equal(st.body.data.instances[0].state, 'running', st.text);
+        assert.equal(await served(), '1', 'a fresh boot: the count starts again');
+        let n = await notices('fit');
+        assert.equal(n.length, 1, JSON.stringify(n));
+        assert.match(
+          n[0]!,
+          /cannot be restored \(it was taken by QEMU emulator version 0\.1, this host runs .*\); booting afresh/,
+        );
+
+        assert.equal((await viaGateway(web.fqdn, agent)).body, '2');
+        await h.call('PUT', '/v1/instances/suspend', t, { name: 'fit' });
+        await inState('fit', 'standby');
+        const file = snapshotFile(h.daemon.services.paths.instance(web.uuid));
+        const bytes = readFileSync(file);
+        bytes.fill(0x5a, 64 * 1024, 128 * 1024); // damaged on disk
+        writeFileSync(file, bytes);
+        st = await h.call('PUT', '/v1/instances/start', t, { name: 'fit', wait_timeout_ms: 60_000 });
+        assert.equal(st.body.data.instances[0].state, 'running', st.text);
+        assert.equal(await served(), '1', 'booted afresh');
+        n = await notices('fit');
+        assert.equal(n.length, 2, JSON.stringify(n));
+        assert.match(n[1]!, /restoring the memory snapshot failed \(.*\); booting afresh/);
+        assert.equal(consoleOf(web.uuid).match(/http: listening on/g)?.length, 3, 'three boots');
+      } finally {
+        await agent.close();
+      }
+    });
+
+    test(
+      'c-http (Unikraft), stateful scale-to-zero: woken from its snapshot it answers, with no second boot banner',
+      { skip: requirePart(!UK && 'no Unikraft kernels (set UNIHOST_UNIKRAFT_DIR; default ../shared/unikraft)') },
+      async () => {
+        const web = await create(
+          'uk',
+          'c-http:latest',
+          [{ port: 8443, destination_port: 8080, handlers: ['tls'] }],
+          16,
+          {
+            scale_to_zero: { policy: 'on', stateful: true, cooldown_time_ms: 1000 },
+          },
+        );
+        await inState('uk', 'standby');
+        const i = await get('uk');
+        assert.equal(i.snapshot.reason, 'standby');
+        process.stderr.write(`stateful standby of c-http (16 MB): snapshot of ${i.snapshot.size_bytes} bytes\n`);
+        const t0 = Date.now();
+        const answer = await new Promise<string>((resolve, reject) => {
+          const s = tls.connect({ host: '127.0.0.1', port: gwc.dataPlane!.boundPort(8443)!, servername: web.fqdn, ca });
+          let text = '';
+          s.once('secureConnect', () => s.write(`GET / HTTP/1.1\r\nHost: ${web.fqdn}\r\nConnection: close\r\n\r\n`));
+          s.on('data', (d: Buffer) => (text += d.toString()));
+          s.once('end', () => resolve(text));
+          s.once('error', reject);
+        });
+        process.stderr.write(
+          `stateful wake -> first answer through the gateway (c-http, TCP): ${Date.now() - t0} ms\n`,
+        );
+        assert.match(answer, /^HTTP\/1\.1 200[\s\S]*Hello from Unikraft!/);
+        const now = await get('uk');
+        assert.equal(now.state, 'running');
+        assert.equal(now.start_count, 2);
+        assert.equal(consoleOf(web.uuid).match(/Telesto/g)?.length, 1, 'one boot banner');
+      },
+    );
+  });
+}
+
+function readdirNumeric(dir: string): string[] {
+  return readdirSync(dir).filter((d) => /^\d+$/.test(d));
+}
