@@ -67,6 +67,10 @@ export class UnihostClient {
       }),
     stop: (refs: T.Ref[], p: { force?: boolean; drain_timeout_ms?: number } = {}) =>
       this.send<T.StopResult>('PUT', '/v1/instances/stop', 'instances', { body: refs.map((r) => ({ ...r, ...p })) }),
+    suspend: (refs: T.Ref[], p: { drain_timeout_ms?: number } = {}) =>
+      this.send<T.StopResult>('PUT', '/v1/instances/suspend', 'instances', {
+        body: refs.map((r) => ({ ...r, ...p })),
+      }),
     delete: (refs: T.Ref[]) => this.send<T.InstanceDeleted>('DELETE', '/v1/instances', 'instances', { body: refs }),
     wait: (refs: T.Ref[], state: T.InstanceState, timeoutMs: number, o: Opts = {}) =>
       this.send<T.WaitResult>('GET', '/v1/instances/wait', 'instances', {

@@ -106,6 +106,14 @@ describe('unihost instance (real CLI against a real daemon)', () => {
     const st = await cli('instance', 'stop', 'svc');
     assert.equal(st.code, 0, st.stderr);
     assert.match(st.stdout, /^svc +running +stopped$/m);
+    assert.equal((await cli('instance', 'start', 'svc')).code, 0);
+    const su = await cli('instance', 'suspend', 'svc');
+    assert.equal(su.code, 0, su.stderr);
+    assert.match(su.stdout, /^svc +running +standby$/m);
+    const again = await cli('instance', 'suspend', 'svc');
+    assert.equal(again.code, 1, again.stderr);
+    oneLine(again, /instance 'svc' is standby: only a running instance can be suspended/);
+    assert.equal((await cli('instance', 'stop', 'svc')).code, 0);
     const timeout = await cli('instance', 'wait', 'svc', '-s', 'running', '-t', '200ms');
     assert.equal(timeout.code, 6, timeout.stderr);
     oneLine(timeout, /did not reach state 'running'/);

@@ -6,7 +6,7 @@ import { registerInstanceGet } from './get.js';
 import { registerInstanceList } from './list.js';
 import { registerInstanceLogs } from './logs.js';
 import { registerInstanceStart } from './start.js';
-import { registerInstanceStop } from './stop.js';
+import { registerInstanceStop, registerInstanceSuspend } from './stop.js';
 import { registerInstanceWait } from './wait.js';
 import { registerInstanceUpdate } from './update.js';
 import { registerInstanceHistory } from './history.js';
@@ -22,6 +22,7 @@ export function registerInstance(program: Command): void {
   registerInstanceLogs(instance);
   registerInstanceStart(instance);
   registerInstanceStop(instance);
+  registerInstanceSuspend(instance);
   registerInstanceWait(instance);
   registerInstanceUpdate(instance);
   registerInstanceHistory(instance);
