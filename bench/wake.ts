@@ -10,8 +10,13 @@
  *   (b) an HTTPS request through the gateway (new connection, TLS, SNI) to a
  *       group whose master is in standby, until the response headers arrive
  *       (the wake: hold, start, readiness probe, forward);
- *   (c) the same request to the now running instance.
- * Medians and p95; the goal is (b) − (a) <= 20 ms at the median.
+ *   (c) the same request to the now running instance;
+ *   (d) as (b) to a second master with stateful scale-to-zero (its memory
+ *       kept in a snapshot, restored on the wake: docs/snapshots.md);
+ *   (e) its restore: the start decision to the guest resumed.
+ * Medians and p95; goals: (b) − (a) <= 20 ms at the median; (d) <= 0.35x (a)
+ * and (e) <= 30 ms in every cycle; the snapshot <= 1.5x the guest memory
+ * touched (non-zero pages of a raw c-http's RAM, read with QMP pmemsave).
  *
  * Then the autoscale reaction (--scale-runs, default 3): a Linux `http`
  * master (step policy: cpu >= 200 millicores → +1, < 100 → −1, max 2) is
@@ -39,6 +44,7 @@ import type { GatewayController } from '../src/reconcile/gateway.js';
 import { runFileInNewNetns } from '../test/helpers/netns.js';
 import { apiCaller, fmt, stats } from './boot-unikraft.js';
 import { portOpen, RAW_IP, RawQemu } from './raw-qemu.js';
+import { QmpClient } from '../src/machines/qemu/qmp.js';
 
 const { values } = parseArgs({
   options: { runs: { type: 'string', default: '10' }, 'scale-runs': { type: 'string', default: '3' } },
@@ -46,6 +52,24 @@ const { values } = parseArgs({
 const RUNS = Number(values.runs);
 const SCALE_RUNS = Number(values['scale-runs']);
 const UK = process.env.UNIHOST_UNIKRAFT_DIR ?? join('..', 'shared', 'unikraft');
+
+/** Non-zero 4 KiB pages of a raw QEMU's guest memory (QMP `pmemsave` of its first `mb` MB), in bytes. */
+async function guestTouched(dir: string, mb: number): Promise<number> {
+  const q = await QmpClient.connect(join(dir, 'qmp.sock'), 5000);
+  const file = join(dir, 'mem.bin');
+  try {
+    await q.execute('pmemsave', { val: 0, size: mb * 1024 * 1024, filename: file });
+  } finally {
+    q.close();
+  }
+  const mem = readFileSync(file);
+  let pages = 0;
+  for (let off = 0; off < mem.length; off += 4096) {
+    const page = mem.subarray(off, off + 4096);
+    if (page.some((b) => b !== 0)) pages++;
+  }
+  return pages * 4096;
+}
 
 async function inner(): Promise<void> {
   const kernel = join(UK, 'c-http_qemu-x86_64');
@@ -80,21 +104,25 @@ async function inner(): Promise<void> {
     const call = apiCaller(d.url, token);
     const gwc = d.controllers.find((c) => 'waker' in (c as object)) as GatewayController;
     const ca = readFileSync(gwc.ca!.caPath, 'utf8');
-    const created = await call('POST', '/v1/instances', {
-      name: 'sleepy',
-      image: 'c-http:latest',
-      memory_mb: 16,
-      service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
-      scale_to_zero: { policy: 'on', cooldown_time_ms: 300 },
-      autostart: true,
-      wait_timeout_ms: -1,
-    });
-    const e = created.data.instances![0]!;
-    if (e.state !== 'running') throw new Error(`c-http did not start: ${JSON.stringify(created)}`);
-    const fqdn = (e.service_group as { domains: { fqdn: string }[] }).domains[0]!.fqdn;
+    /** A c-http master with scale-to-zero (stateful: memory kept in a snapshot); its group's FQDN. */
+    const master = async (name: string, stateful: boolean): Promise<string> => {
+      const created = await call('POST', '/v1/instances', {
+        name,
+        image: 'c-http:latest',
+        memory_mb: 16,
+        service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
+        scale_to_zero: { policy: 'on', cooldown_time_ms: 300, stateful },
+        autostart: true,
+        wait_timeout_ms: -1,
+      });
+      const e = created.data.instances![0]!;
+      if (e.state !== 'running') throw new Error(`c-http did not start: ${JSON.stringify(created)}`);
+      return (e.service_group as { domains: { fqdn: string }[] }).domains[0]!.fqdn;
+    };
+    const fqdns = { sleepy: await master('sleepy', false), stateful: await master('stateful', true) };
     const port = gwc.dataPlane!.boundPort(443)!;
     /** A request on a new TLS connection through the gateway; ms until the response headers. */
-    const firstByte = async (): Promise<number> => {
+    const firstByte = async (fqdn: string): Promise<number> => {
       const agent = new Agent({ connect: { ca, servername: fqdn } });
       try {
         const t0 = performance.now();
@@ -111,11 +139,13 @@ async function inner(): Promise<void> {
         await agent.close();
       }
     };
-    const state = async () => (await call('GET', '/v1/instances', { name: 'sleepy' })).data.instances![0]!.state;
-    const standby = async (): Promise<void> => {
+    const view = async (name: string) => (await call('GET', '/v1/instances', { name })).data.instances![0]!;
+    const standby = async (name: string): Promise<Record<string, unknown>> => {
       const end = Date.now() + 60_000;
-      while ((await state()) !== 'standby') {
-        if (Date.now() > end) throw new Error('never reached standby');
+      for (;;) {
+        const i = await view(name);
+        if (i.state === 'standby') return i;
+        if (Date.now() > end) throw new Error(`${name} never reached standby`);
         await new Promise((r) => setTimeout(r, 50));
       }
     };
@@ -124,20 +154,61 @@ async function inner(): Promise<void> {
     const a: number[] = [];
     const b: number[] = [];
     const c: number[] = [];
+    const sf: number[] = [];
+    const restore: number[] = [];
+    const snapBytes: number[] = [];
+    /** where (e) goes: start decision -> spawn, spawn -> QMP answers, QMP -> guest resumed */
+    const parts = { decide: [] as number[], qmp: [] as number[], resume: [] as number[] };
     for (let i = 0; i < RUNS; i++) {
       a.push(await raw.time('c-http:latest', () => portOpen(RAW_IP, 8080)));
-      await standby();
-      b.push(await firstByte());
-      c.push(await firstByte());
+      await standby('sleepy');
+      b.push(await firstByte(fqdns.sleepy));
+      c.push(await firstByte(fqdns.sleepy));
+      const snap = (await standby('stateful')).snapshot as { size_bytes: number } | undefined;
+      if (!snap) throw new Error('the stateful master reached standby without a snapshot (see the daemon log)');
+      snapBytes.push(snap.size_bytes);
+      sf.push(await firstByte(fqdns.stateful));
+      // decision (the start) -> spawn, then spawn -> the guest resumed (developer fields)
+      const w = await view('stateful');
+      restore.push(((w.vmm_start_time_us as number) + (w.vmm_ready_time_us as number)) / 1000);
+      parts.decide.push((w.vmm_start_time_us as number) / 1000);
+      parts.qmp.push((w.vmm_load_time_us as number) / 1000);
+      parts.resume.push(((w.vmm_ready_time_us as number) - (w.vmm_load_time_us as number)) / 1000);
     }
-    const starts = (await call('GET', '/v1/instances', { name: 'sleepy' })).data.instances![0]!.start_count;
-    console.log(`# bench/wake: c-http (${UK}), 16 MB, TCG, ${RUNS} cycles; the master started ${starts} times`);
-    console.log(`(a) raw QEMU spawn -> port 8080 accepts             ${fmt(a)}`);
-    console.log(`(b) first byte through the gateway from standby      ${fmt(b)}`);
-    console.log(`(c) first byte through the gateway, instance running ${fmt(c)}`);
+    let touched = 0;
+    await raw.time('c-http:latest', async (dir) => {
+      await portOpen(RAW_IP, 8080);
+      touched = await guestTouched(dir, 16);
+    });
+    const starts = (await view('sleepy')).start_count;
+    const restores = (await view('stateful')).start_count;
+    console.log(
+      `# bench/wake: c-http (${UK}), 16 MB, TCG, ${RUNS} cycles; the masters started ${starts} and ${restores} times`,
+    );
+    console.log(`(a) raw QEMU spawn -> port 8080 accepts                   ${fmt(a)}`);
+    console.log(`(b) first byte through the gateway from standby            ${fmt(b)}`);
+    console.log(`(c) first byte through the gateway, instance running       ${fmt(c)}`);
+    console.log(`(d) first byte through the gateway from stateful standby   ${fmt(sf)}`);
+    console.log(`(e) stateful restore: start decision -> guest resumed      ${fmt(restore)}`);
     const over = stats(b).median - stats(a).median;
     console.log(
       `(b) - (a) at the median: ${over.toFixed(0)} ms (goal <= 20 ms); the wake itself, (b) - (c): ${(stats(b).median - stats(c).median).toFixed(0)} ms`,
+    );
+    const worst = (xs: number[]) => Math.max(...xs);
+    console.log(
+      `(d) / (a): median ${(stats(sf).median / stats(a).median).toFixed(2)}, worst ${(worst(sf) / stats(a).median).toFixed(2)} (goal <= 0.35); ` +
+        `(e) median ${stats(restore).median.toFixed(0)} ms, worst ${worst(restore).toFixed(0)} ms (goal <= 30 ms)`,
+    );
+    const med = (xs: number[]) => stats(xs).median.toFixed(0);
+    console.log(
+      `(e) at the median = decision -> QEMU spawned ${med(parts.decide)} ms + spawn -> QMP answers ${med(parts.qmp)} ms ` +
+        `(QEMU's own start, the snapshot read while it starts) + QMP -> resumed ${med(parts.resume)} ms`,
+    );
+    const size = stats(snapBytes).median;
+    console.log(
+      `snapshot ${(size / 1e6).toFixed(2)} MB; guest memory touched (non-zero 4 KiB pages of a running c-http) ` +
+        `${(touched / 1e6).toFixed(2)} MB: ${(size / touched).toFixed(2)}x (goal <= 1.5x); ` +
+        `200 such standby instances: ${((200 * size) / 2 ** 30).toFixed(2)} GiB of disk (goal <= 1 GiB; computed, not run)`,
     );
     if (SCALE_RUNS > 0) await autoscaleReaction(d, call, gwc, ca);
   } finally {

@@ -290,6 +290,28 @@ if (!insideTestNetns()) {
         assert.equal(now.state, 'running');
         assert.equal(now.start_count, 2);
         assert.equal(consoleOf(web.uuid).match(/Telesto/g)?.length, 1, 'one boot banner');
+
+        // over the snapshot quota: no snapshot, a plain standby (c-http ignores shutdown: ended, 20)
+        // and a notice; the next start boots afresh
+        await h.daemon.services.users.setQuotas('snap', { hard: { snapshot_mb: 1 }, limits: {} });
+        try {
+          await h.call('PUT', '/v1/instances/suspend', t, { name: 'uk' });
+          await inState('uk', 'standby');
+          const plain = await get('uk');
+          assert.equal(plain.snapshot, undefined);
+          assert.equal(plain.stop_reason, 28, 'the user stopped it, forced: c-http ignores shutdown requests');
+          const n = await notices('uk');
+          assert.equal(n.length, 1, JSON.stringify(n));
+          assert.match(
+            n[0]!,
+            /no memory snapshot: quota 'snapshot_mb' would be exceeded \(0 MiB used \+ up to 16 MiB > 1 MiB\)/,
+          );
+          const st = await h.call('PUT', '/v1/instances/start', t, { name: 'uk', wait_timeout_ms: 60_000 });
+          assert.equal(st.body.data.instances[0].state, 'running', st.text);
+          assert.equal(consoleOf(web.uuid).match(/Telesto/g)?.length, 2, 'booted afresh');
+        } finally {
+          await h.daemon.services.users.setQuotas('snap', { hard: { snapshot_mb: 4096 }, limits: {} });
+        }
       },
     );
   });

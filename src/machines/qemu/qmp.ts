@@ -222,7 +222,8 @@ async function connectWithRetry(path: string, deadline: number): Promise<Socket>
       if (!RETRYABLE.has(code) || Date.now() >= deadline) {
         throw new Error(`QMP connect ${path}: ${(e as Error).message}`, { cause: e });
       }
-      await sleep(Math.min(20, Math.max(1, deadline - Date.now())));
+      // a short wait: a VM restored from a snapshot runs as soon as QMP can resume it
+      await sleep(Math.min(2, Math.max(1, deadline - Date.now())));
     }
   }
 }
