@@ -159,6 +159,8 @@ export async function check(url: string, token: string, dataDir: string, ledger:
       lost.push(`instance ${m.name} (${id}): last acknowledged start, now ${String(got.state)}: ${why()}`);
     if (m.desired === 'stopped' && got.state !== 'stopped')
       lost.push(`instance ${m.name} (${id}): last acknowledged stop, now ${String(got.state)}: ${why()}`);
+    if (m.desired === 'standby' && got.state !== 'standby')
+      lost.push(`instance ${m.name} (${id}): last acknowledged suspend, now ${String(got.state)}: ${why()}`);
   }
   for (const [id, m] of ledger.volumes) {
     const got = volumes.get(id);
@@ -200,7 +202,12 @@ export async function check(url: string, token: string, dataDir: string, ledger:
     if (!taps.has(t)) leftovers.push(`nftables element for tap ${t}`);
   const dir = join(dataDir, 'instances');
   if (existsSync(dir))
-    for (const id of readdirSync(dir)) if (!known.has(id)) leftovers.push(`instance directory ${id}`);
+    for (const id of readdirSync(dir)) {
+      if (!known.has(id)) leftovers.push(`instance directory ${id}`);
+      // a memory snapshot only where the record points at one (suspended or stateful standby)
+      else if (existsSync(join(dir, id, 'snapshot.mem')) && !instances.get(id)?.snapshot)
+        leftovers.push(`snapshot file of ${id}, which has no snapshot (state ${String(instances.get(id)?.state)})`);
+    }
   const vdir = join(dataDir, 'volumes');
   if (existsSync(vdir))
     for (const f of readdirSync(vdir)) {

@@ -1,7 +1,8 @@
 /**
  * The short form of the crash-consistency harness (test/crash/run.ts) that
  * the test command runs: a fixed seed, a few hundred mixed operations from
- * concurrent clients and a few SIGKILLs of the daemon (and of QEMUs), then
+ * concurrent clients (suspends, with their memory snapshots, among them)
+ * and a few SIGKILLs of the daemon (and of QEMUs), then
  * the checker: nothing acknowledged lost, nothing left on the host that the
  * store does not know, every instance converged. The long form (1,000+
  * operations, 30 kills) is `npx tsx test/crash/run.ts`.
@@ -38,6 +39,7 @@ if (!insideTestNetns()) {
     assert.ok(r.killsInFlight >= 3, `at least 3 of the 5 kills interrupted requests in flight:\n${text}`);
     assert.ok(r.unanswered > 0, `a kill cut at least one request before its answer:\n${text}`);
     assert.ok(r.groups >= 1, `groups were published through the gateway:\n${text}`);
+    assert.ok(r.suspends >= 1, `instances were suspended (memory snapshots taken):\n${text}`);
     assert.deepEqual(r.lost, [], text);
     assert.deepEqual(r.leftovers, [], text);
     assert.deepEqual(r.notConverged, [], text);

@@ -44,6 +44,7 @@ export interface CrashReport extends CheckResult {
   acknowledged: number;
   unanswered: number;
   refused: number;
+  suspends: number;
   daemonKills: number;
   /** daemon kills that landed while requests were in flight (not after the workload ended) */
   killsInFlight: number;
@@ -140,6 +141,7 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
       seed: o.seed,
       ops: ledger.ops,
       acknowledged: ledger.acknowledged,
+      suspends: ledger.suspends,
       unanswered: ledger.unanswered,
       refused: ledger.refused,
       daemonKills,
@@ -173,7 +175,7 @@ function qemuPids(dataDir: string): number[] {
 export function describeReport(r: CrashReport): string {
   const lines = [
     `seed ${r.seed}: ${r.ops} operations (${r.acknowledged} acknowledged, ${r.refused} refused, ${r.unanswered} unanswered by a killed daemon)`,
-    `objects: ${r.instances} instances, ${r.volumes} volumes, ${r.groups} groups created`,
+    `objects: ${r.instances} instances, ${r.volumes} volumes, ${r.groups} groups created; ${r.suspends} suspends acknowledged`,
     `kills: ${r.daemonKills} daemon (SIGKILL; ${r.killsInFlight} with requests in flight), ${r.qemuKills} QEMU, ${r.haproxyKills} HAProxy master`,
     `lost acknowledged writes: ${r.lost.length}`,
     ...r.lost.map((l) => `  ${l}`),

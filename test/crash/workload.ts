@@ -27,7 +27,8 @@ export interface InstanceModel {
   owner: number;
   name: string;
   exists: Maybe<boolean>;
-  desired: Maybe<'running' | 'stopped'>;
+  /** `standby`: the last acknowledged write was a suspend (memory to a snapshot) */
+  desired: Maybe<'running' | 'stopped' | 'standby'>;
 }
 export interface VolumeModel {
   owner: number;
@@ -50,6 +51,8 @@ export class Ledger {
   acknowledged = 0;
   unanswered = 0;
   refused = 0;
+  /** acknowledged suspends (each a memory snapshot the daemon had to take or fall back from) */
+  suspends = 0;
   /** requests sent and not answered yet (a kill now interrupts them) */
   inFlight = 0;
 }
@@ -116,7 +119,8 @@ export class Client {
       const r = this.o.rnd();
       if (r < 0.2) done = live < this.o.maxInstances ? await this.createInstance() : NOTHING;
       else if (r < 0.35) done = await this.startStop('start');
-      else if (r < 0.5) done = await this.startStop('stop');
+      else if (r < 0.45) done = await this.startStop('stop');
+      else if (r < 0.5) done = await this.suspend();
       else if (r < 0.6) done = await this.deleteInstance();
       else if (r < 0.7) done = await this.createVolume();
       else if (r < 0.75) done = await this.deleteVolume();
@@ -167,6 +171,26 @@ export class Client {
     const r = await this.call('PUT', `/v1/instances/${verb}`, { uuid: t[0], ...(force ? { force } : {}) }, 'instances');
     if (r.ok) t[1].desired = verb === 'start' ? 'running' : 'stopped';
     else if (!r.answered) t[1].desired = UNKNOWN;
+    return r;
+  }
+
+  /** PUT suspend of a running instance: memory to a snapshot, then standby (a refusal when it is not running). */
+  private async suspend(): Promise<Reply | null> {
+    const t = this.pick(this.o.ledger.instances, (x) => x.exists === true && x.desired === 'running');
+    if (!t) return NOTHING;
+    // as a client would: suspend what runs (a boot takes seconds under TCG); a read changes nothing
+    const w = await this.call(
+      'GET',
+      '/v1/instances/wait',
+      { uuid: t[0], state: 'running', timeout_ms: 20_000 },
+      'instances',
+    );
+    if (!w.ok || w.entry.state !== 'running') return w.ok ? { ok: false, answered: true } : w;
+    const r = await this.call('PUT', '/v1/instances/suspend', { uuid: t[0] }, 'instances');
+    if (r.ok) {
+      t[1].desired = 'standby';
+      this.o.ledger.suspends++;
+    } else if (!r.answered) t[1].desired = UNKNOWN;
     return r;
   }
 
