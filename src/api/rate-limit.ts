@@ -32,6 +32,30 @@ export function registerRateLimit(app: FastifyInstance, o: RateLimitOptions): vo
   });
 }
 
+/**
+ * Requests per key and fixed window, for routes outside Fastify's limiter
+ * (the registry answers in its own error form). Keys live in a bounded LRU.
+ */
+export class RequestWindows {
+  private readonly seen: LRUCache<string, { n: number; until: number }>;
+
+  constructor(readonly o: RateLimitOptions) {
+    this.seen = new LRUCache({ max: 100_000 });
+  }
+
+  /** Counts a request of `key`: 0 when it may go, else the seconds until its window ends. */
+  take(key: string, now = Date.now()): number {
+    if (this.o.max <= 0) return 0;
+    let e = this.seen.get(key);
+    if (!e || e.until <= now) {
+      e = { n: 0, until: now + this.o.windowMs };
+      this.seen.set(key, e);
+    }
+    e.n++;
+    return e.n > this.o.max ? Math.max(1, Math.ceil((e.until - now) / 1000)) : 0;
+  }
+}
+
 export interface AuthFailureOptions {
   /** failed authentications one client address may make per window; 0 turns the limit off */
   max: number;

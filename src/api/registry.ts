@@ -5,7 +5,7 @@ import { isUnihostError } from '../errors.js';
 import type { Services } from '../services/index.js';
 import { MANIFEST_MAX, type Caller, type Page } from '../services/registry.js';
 import { RegistryTokens } from '../services/registry-tokens.js';
-import type { AuthFailureLimit } from './rate-limit.js';
+import { RequestWindows, type AuthFailureLimit, type RateLimitOptions } from './rate-limit.js';
 
 /** Lifetime of the scoped tokens of `GET /v2/token`. */
 const TOKEN_TTL_S = 300;
@@ -45,8 +45,10 @@ export function sendRegistryError(req: FastifyRequest, reply: FastifyReply, e: R
   void reply.code(e.http).headers(API_VERSION);
   // a body left unread (refused before or while it streamed): the connection cannot carry another request
   if (!req.raw.readableEnded && !req.raw.complete) void reply.header('connection', 'close');
-  const detail = e.detail as { scope?: string; size?: number } | undefined;
+  const detail = e.detail as { scope?: string; size?: number; retry_after_s?: number } | undefined;
   if (e.code === 'UNAUTHORIZED') void reply.header('www-authenticate', challenge(req, detail?.scope));
+  if (e.code === 'TOOMANYREQUESTS' && detail?.retry_after_s)
+    void reply.header('retry-after', String(detail.retry_after_s));
   if (e.code === 'RANGE_INVALID' && detail?.size !== undefined) {
     void reply.header('range', `0-${Math.max(0, detail.size - 1)}`);
   }
@@ -160,9 +162,16 @@ const uploadRange = (size: number): string => `0-${Math.max(0, size - 1)}`;
  * (docs/registry.md). Its own authentication (HTTP Basic, the token flow),
  * its own error form; the request body of blob uploads is streamed to disk.
  */
-export function registerRegistry(app: FastifyInstance, services: Services, failures?: AuthFailureLimit): void {
+export function registerRegistry(
+  app: FastifyInstance,
+  services: Services,
+  failures?: AuthFailureLimit,
+  rateLimit?: RateLimitOptions,
+): void {
   const reg = services.registry;
   const tokens = reg.tokens;
+  // per user, the API's budget again but a budget of its own: a push does not starve API calls
+  const windows = rateLimit && rateLimit.max > 0 ? new RequestWindows(rateLimit) : undefined;
 
   // Abandoned uploads: at start, then hourly.
   let sweeper: NodeJS.Timeout | undefined;
@@ -207,7 +216,16 @@ export function registerRegistry(app: FastifyInstance, services: Services, failu
         throw new RegistryError('TOOMANYREQUESTS', `too many failed logins from ${req.ip}; retry after ${wait} s`);
       }
       const who = await authenticate(services, tokens, req.headers.authorization);
-      if (who) return who;
+      if (who) {
+        const retry = windows?.take(who.user.id) ?? 0;
+        if (retry > 0)
+          throw new RegistryError(
+            'TOOMANYREQUESTS',
+            `more than ${windows!.o.max} registry requests in ${Math.round(windows!.o.windowMs / 1000)} s for user ${who.user.name}; retry after ${retry} s`,
+            { retry_after_s: retry },
+          );
+        return who;
+      }
       if (req.headers.authorization) failures?.fail(req.ip);
       throw new RegistryError(
         'UNAUTHORIZED',

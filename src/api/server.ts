@@ -304,7 +304,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
 
   if (opts.metrics) serveMetrics(app, opts.metrics);
   serveEvents(app, services, opts.eventStreamsPerUser ?? 8);
-  registerRegistry(app, services, failures);
+  registerRegistry(app, services, failures, opts.rateLimit);
 
   app.setErrorHandler((e: Error & { code?: string; statusCode?: number }, req, reply) => {
     if (isUnihostError(e)) return sendError(req, reply, e);

@@ -45,6 +45,30 @@ test("the limit is per user: all of the user's tokens share it", async () => {
   assert.equal((await get(h, second)).status, 429);
 });
 
+test('the registry has a budget of its own per user: TOOMANYREQUESTS in its error form, with Retry-After', async () => {
+  const frank = await h.user('frank');
+  const basic = `Basic ${Buffer.from(`frank:${frank}`).toString('base64')}`;
+  const v2 = async () => {
+    const r = await request(`${h.url}/v2/`, { headers: { authorization: basic } });
+    return { status: r.statusCode, headers: r.headers, body: (await r.body.json()) as Record<string, any> }; // eslint-disable-line @typescript-eslint/no-explicit-any
+  };
+  // the API's requests do not count against the registry's budget, nor the other way round
+  for (let i = 0; i < MAX; i++) assert.equal((await get(h, frank)).status, 200);
+  for (let i = 0; i < MAX; i++) assert.equal((await v2()).status, 200);
+  const r = await v2();
+  assert.equal(r.status, 429);
+  assert.ok(Number(r.headers['retry-after']) > 0, `Retry-After ${r.headers['retry-after']}`);
+  assert.equal(r.body.errors[0].code, 'TOOMANYREQUESTS');
+  assert.match(r.body.errors[0].message, /more than 5 registry requests in 60 s for user frank; retry after \d+ s/);
+  // another user's budget is untouched
+  const gina = await h.user('gina');
+  const g = await request(`${h.url}/v2/`, {
+    headers: { authorization: `Basic ${Buffer.from(`gina:${gina}`).toString('base64')}` },
+  });
+  assert.equal(g.statusCode, 200);
+  await g.body.dump();
+});
+
 test('max 0 turns the limit off', async () => {
   const t = await off.user('dave');
   for (let i = 0; i < 3 * MAX; i++) assert.equal((await get(off, t)).status, 200);
