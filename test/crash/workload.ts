@@ -118,8 +118,8 @@ export class Client {
     while (!done) {
       const r = this.o.rnd();
       if (r < 0.2) done = live < this.o.maxInstances ? await this.createInstance() : NOTHING;
-      else if (r < 0.35) done = await this.startStop('start');
-      else if (r < 0.45) done = await this.startStop('stop');
+      else if (r < 0.33) done = await this.startStop('start');
+      else if (r < 0.41) done = await this.startStop('stop');
       else if (r < 0.5) done = await this.suspend();
       else if (r < 0.6) done = await this.deleteInstance();
       else if (r < 0.7) done = await this.createVolume();

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { BackendTable, backendPair, METRO, request, route, testPlane } from '../testing.js';
-import { isHaproxyOf } from './process.js';
+import { HAPROXY_BIN, isHaproxyOf, strayHaproxies } from './process.js';
 
 const alive = (pid: number): boolean => {
   try {
@@ -46,3 +46,52 @@ test('a stale haproxy.pid naming another process: that process lives on, a HAPro
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test('a second HAProxy of the same data dir (a master nobody runs, and its worker) is ended when the daemon starts', async () => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-stray-'));
+  const a = await backendPair('http', 'A');
+  const table = new BackendTable();
+  await table.set('gA', a);
+  const config = path.join(dir, 'haproxy', 'haproxy.cfg');
+  let stray: ReturnType<typeof spawn> | undefined;
+  try {
+    const first = await testPlane(dir, table);
+    const name = `app-aaaa1111.${METRO}`;
+    for (const r of await first.setRoutes([route('gA', 80, a[0].port, ['http'], [name])]))
+      assert.equal(r.error, undefined);
+    await first.close({ keep: true }); // the daemon goes; its HAProxy stays, as after a crash
+    // as a daemon killed between spawning a master and HAProxy writing its pid file leaves one
+    stray = spawn(
+      HAPROXY_BIN,
+      ['-W', '-S', path.join(dir, 'stray-master.sock'), '-f', config, '-p', path.join(dir, 'stray.pid')],
+      { stdio: 'ignore', detached: true },
+    );
+    await waitFor(async () => (await strayHaproxies(config)).length >= 4, 'the stray master and its worker run');
+    const plane = await testPlane(dir, table);
+    try {
+      // HAProxy is adopted with the first route table
+      for (const r of await plane.setRoutes([route('gA', 80, a[0].port, ['http'], [name])]))
+        assert.equal(r.error, undefined);
+      const gone = stray;
+      await waitFor(async () => gone.signalCode !== null || gone.exitCode !== null, 'the stray master ended');
+      assert.equal(gone.signalCode, 'SIGKILL', 'the stray master was ended by the daemon');
+      const left = await strayHaproxies(config);
+      assert.equal(left.length, 2, `one master and its worker are left: ${left.join(', ')}`);
+      assert.equal((await request(plane.boundPort(80)!, name)).status, 200);
+    } finally {
+      await plane.close();
+    }
+  } finally {
+    if (stray?.pid && alive(stray.pid)) process.kill(-stray.pid, 'SIGKILL');
+    for (const x of a) await x.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+async function waitFor(check: () => Promise<boolean>, what: string): Promise<void> {
+  const end = Date.now() + 10_000;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

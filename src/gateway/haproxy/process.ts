@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { readFile, rm } from 'node:fs/promises';
+import { readdir, readFile, rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
 import type { PlaneFiles } from './config.js';
@@ -29,6 +29,26 @@ export async function isHaproxyOf(pid: number, config: string): Promise<boolean>
   const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
   const f = argv.indexOf('-f');
   return /(^|\/)haproxy$/.test(argv[0] ?? '') && f > 0 && argv[f + 1] === config;
+}
+
+/**
+ * HAProxy processes of `config` other than `keep` and its children: a
+ * master started by a daemon killed before HAProxy wrote its pid file, or
+ * the workers of a master that died, would otherwise serve the same ports
+ * beside the one this daemon runs (SO_REUSEPORT lets both bind).
+ */
+export async function strayHaproxies(config: string, keep = 0): Promise<number[]> {
+  const out: number[] = [];
+  for (const e of await readdir('/proc').catch(() => [] as string[])) {
+    const pid = Number(e);
+    if (!Number.isInteger(pid) || pid <= 0 || pid === keep || pid === process.pid) continue;
+    if (!(await isHaproxyOf(pid, config))) continue;
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    if (keep > 0 && ppid === keep) continue;
+    out.push(pid);
+  }
+  return out;
 }
 
 /**
@@ -79,18 +99,24 @@ export class HaproxyProcess {
     this.stopping = false;
     const pid = Number((await readFile(this.f.pid, 'utf8').catch(() => '')).trim().split('\n')[0]);
     const ours = pid > 0 && alive(pid) && (await isHaproxyOf(pid, this.f.config));
-    if (ours && (await this.master.send('show proc').catch(() => '')).includes('master')) {
+    // Adopted only when it is the data dir's one HAProxy: a second one (started by a daemon killed before
+    // HAProxy wrote its pid file) has taken over the shared sockets' paths, so both go and one starts afresh.
+    const answers = ours && (await this.master.send('show proc').catch(() => '')).includes('master');
+    if (answers && (await strayHaproxies(this.f.config, pid)).length === 0) {
       this.masterPid = pid;
       this.log.info({ pid }, 'gateway: adopted the running haproxy');
       await this.reload();
       return 'adopted';
     }
+    if (answers)
+      this.log.warn({ pid }, 'gateway: another haproxy of this data dir runs beside the one to adopt; restarting both');
     // a HAProxy of ours whose master socket does not answer: a stuck leftover. Any other process that has
     // the pid now is left alone (the file is stale).
     if (ours) process.kill(pid, 'SIGKILL');
     else if (pid > 0) this.log.info({ pid }, 'gateway: a stale haproxy.pid names another process; ignored');
     // one we started earlier that never answered (its pid file may not exist yet): never leave two
     if (this.masterPid > 0 && alive(this.masterPid)) killGroup(this.masterPid);
+    await this.killStrays(0);
     await rm(this.f.master, { force: true });
     await rm(this.f.admin, { force: true });
     const child = spawn(HAPROXY_BIN, ['-W', '-S', `${this.f.master},mode,600`, '-f', this.f.config, '-p', this.f.pid], {
@@ -126,6 +152,18 @@ export class HaproxyProcess {
       throw e;
     }
     return 'started';
+  }
+
+  /** Ends every HAProxy of this data dir but `keep` (the master this daemon runs) and its workers. */
+  private async killStrays(keep: number): Promise<void> {
+    for (const pid of await strayHaproxies(this.f.config, keep)) {
+      this.log.warn({ pid }, 'gateway: ending a stray haproxy of this data dir (a master nobody runs, or its worker)');
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone meanwhile */
+      }
+    }
   }
 
   /** The current worker's pid (from the admin socket), or 0 when it does not answer. */
