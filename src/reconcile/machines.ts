@@ -15,7 +15,7 @@ import { VmVolumes } from './machine-volumes.js';
 import { escalatedStop, recordExitInTx, restartInTx, type ExitEvent } from './machine-exit.js';
 import { bootPlan, recordBootInTx, type BootPlan, type RuntimeRec } from './machine-plan.js';
 import { killStrays, settleVanishedInTx, stopWithoutVmInTx } from './machine-adopt.js';
-import { Snapshots } from './machine-snapshots.js';
+import { snapshotFile, Snapshots } from './machine-snapshots.js';
 
 export interface MachineControllerOptions {
   services: ControllerDeps;
@@ -152,10 +152,14 @@ export class MachineController implements Controller {
     for (const inst of all) {
       const rt = inst.runtime as Partial<RuntimeRec>;
       if (rt.pid) {
+        const dir = this.s.paths.instance(inst.id);
         const spec = {
           id: inst.id,
-          dir: this.s.paths.instance(inst.id),
+          dir,
           contract: rt.contract ?? 'unihost',
+          // a VM being restored from a snapshot (still starting): resumed and marked ready once loaded.
+          // Not one paused later for a snapshot of its own (stopping): that one must stay paused.
+          ...(rt.restored && inst.state === 'starting' ? { restore: snapshotFile(dir) } : {}),
         } as MachineSpec;
         const alive = await this.driver.adopt(spec, rt as RuntimeRec);
         if (alive) this.vmVolumes.track(inst.id, await this.volumeIds(inst.id));

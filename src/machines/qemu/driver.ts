@@ -197,7 +197,8 @@ export class QemuDriver implements MachineDriver {
           : null,
       uid: adopted ? processUid(pid) : this.uids.get(spec.id),
       seen: { init: false, ready: false },
-      restoring: !!spec.restore && !adopted,
+      // adopted too: a daemon killed mid-restore leaves a VM that may still wait to be resumed
+      restoring: !!spec.restore,
       console: new ConsoleLog(this.o.logDir(spec.id)),
       bootConsole: '',
       serialOffset: adopted ? savedSerialPos(spec.dir) : 0,
