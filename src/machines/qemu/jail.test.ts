@@ -5,7 +5,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { confinedCommand, jailArgv, processUid, VM_UID_BASE, vmUid } from './jail.js';
+import { confinedCommand, jailArgv, makeCgroups, processUid, VM_UID_BASE, vmUid } from './jail.js';
 
 test('the wrapper joins every cgroup with its own pid, applies the rlimits and execs the program with its args', () => {
   const d = mkdtempSync(join(tmpdir(), 'unihost-jail-'));
@@ -62,4 +62,46 @@ test('uids never collide among live VMs: a taken one moves on to the next free, 
 test('processUid reads a running process’s uid from /proc; a gone one is undefined', () => {
   assert.equal(processUid(process.pid), process.getuid!());
   assert.equal(processUid(2 ** 22 + 12345), undefined);
+});
+
+test('cgroups: v2 (unified) gets one cgroup with memory.max, memory.swap.max and pids.max; v1 one per controller; none is said', () => {
+  const d = mkdtempSync(join(tmpdir(), 'unihost-cg-'));
+  const id = '0f0e0d0c-0000-4000-8000-000000000001';
+  const logged: string[] = [];
+  const log = (_o: object, m: string) => void logged.push(m);
+  try {
+    // a v2 hierarchy as the kernel shows it (a temporary directory stands in for /sys/fs/cgroup)
+    const v2 = join(d, 'v2');
+    mkdirSync(v2);
+    writeFileSync(join(v2, 'cgroup.controllers'), 'cpuset cpu io memory pids\n');
+    writeFileSync(join(v2, 'cgroup.subtree_control'), '');
+    const dirs = makeCgroups(id, 128, log, v2);
+    assert.deepEqual(dirs, [join(v2, 'unihost', id)]);
+    assert.equal(readFileSync(join(dirs[0]!, 'memory.max'), 'utf8'), String((128 + 512) * 1024 * 1024));
+    assert.equal(readFileSync(join(dirs[0]!, 'memory.swap.max'), 'utf8'), '0');
+    assert.equal(readFileSync(join(dirs[0]!, 'pids.max'), 'utf8'), '64');
+    for (const s of [v2, join(v2, 'unihost')])
+      assert.equal(readFileSync(join(s, 'cgroup.subtree_control'), 'utf8'), '+memory +pids');
+
+    // v1: one directory per mounted controller
+    const v1 = join(d, 'v1');
+    for (const c of ['memory', 'pids']) {
+      mkdirSync(join(v1, c), { recursive: true });
+      writeFileSync(join(v1, c, 'cgroup.procs'), '');
+    }
+    const v1dirs = makeCgroups(id, 64, log, v1);
+    assert.deepEqual(v1dirs, [join(v1, 'memory', 'unihost', id), join(v1, 'pids', 'unihost', id)]);
+    assert.equal(readFileSync(join(v1dirs[0]!, 'memory.limit_in_bytes'), 'utf8'), String((64 + 512) * 1024 * 1024));
+    assert.equal(readFileSync(join(v1dirs[1]!, 'pids.max'), 'utf8'), '64');
+    assert.deepEqual(logged, []);
+
+    // neither: no cgroups, and the log says the VM is bounded by rlimits only
+    const none = join(d, 'none');
+    mkdirSync(none);
+    assert.deepEqual(makeCgroups(id, 64, log, none), []);
+    assert.equal(logged.length, 1);
+    assert.match(logged[0]!, /bounded by rlimits only/);
+  } finally {
+    rmSync(d, { recursive: true, force: true });
+  }
 });

@@ -71,23 +71,38 @@ export function rlimitArgv(memoryMb: number): string[] {
   return ['--core=0:0', '--nofile=256:256', `--as=${as}:${as}`];
 }
 
-/** Where cgroup v1 controllers are mounted (one directory per controller, as on Debian with v1). */
+/** Where cgroups are mounted: v1 has one directory per controller, v2 one unified tree. */
 const CGROUP_ROOT = '/sys/fs/cgroup';
 
+/** Whether `root` is a cgroup v2 (unified) hierarchy. */
+export const isCgroupV2 = (root = CGROUP_ROOT): boolean => existsSync(join(root, 'cgroup.controllers'));
+
 /**
- * Creates the VM's cgroups (v1 `memory` and `pids`, where mounted and
- * writable) and returns their directories, which the VM joins before it
- * execs QEMU. Empty when the host has none: rlimits still apply.
+ * Creates the VM's cgroups and returns their directories, which the VM
+ * joins before it execs QEMU: on cgroup v1, `memory` and `pids` where
+ * mounted and writable; on v2, one cgroup `unihost/<id>` with
+ * `memory.max`, `memory.swap.max` and `pids.max` (the `memory` and `pids`
+ * controllers are enabled for `unihost/` first). Empty when the host has
+ * none, or refuses (logged, never silent): rlimits still apply.
  */
-export function makeCgroups(id: string, memoryMb: number, log?: (o: object, m: string) => void): string[] {
+export function makeCgroups(
+  id: string,
+  memoryMb: number,
+  log?: (o: object, m: string) => void,
+  root = CGROUP_ROOT,
+): string[] {
+  const mem = String((memoryMb + MEM_OVERHEAD_MB) * MiB);
+  if (isCgroupV2(root)) return makeCgroupV2(root, id, mem, log);
   const out: string[] = [];
   const limits: Record<string, Record<string, string>> = {
-    memory: { 'memory.limit_in_bytes': String((memoryMb + MEM_OVERHEAD_MB) * MiB) },
+    memory: { 'memory.limit_in_bytes': mem },
     pids: { 'pids.max': '64' },
   };
+  let found = 0;
   for (const [ctrl, files] of Object.entries(limits)) {
-    if (!existsSync(join(CGROUP_ROOT, ctrl, 'cgroup.procs'))) continue;
-    const dir = join(CGROUP_ROOT, ctrl, 'unihost', id);
+    if (!existsSync(join(root, ctrl, 'cgroup.procs'))) continue;
+    found++;
+    const dir = join(root, ctrl, 'unihost', id);
     try {
       mkdirSync(dir, { recursive: true });
       for (const [f, v] of Object.entries(files)) writeFileSync(join(dir, f), v);
@@ -96,14 +111,40 @@ export function makeCgroups(id: string, memoryMb: number, log?: (o: object, m: s
       log?.({ id, ctrl, err: e }, 'cgroup limits not applied');
     }
   }
+  if (found === 0) log?.({ id, root }, 'no cgroup memory or pids controller found: the VM is bounded by rlimits only');
   return out;
 }
 
-/** Removes a VM's cgroups (possible only once its processes are gone). */
-export function removeCgroups(id: string): void {
-  for (const ctrl of ['memory', 'pids']) {
+function makeCgroupV2(root: string, id: string, mem: string, log?: (o: object, m: string) => void): string[] {
+  const parent = join(root, 'unihost');
+  const dir = join(parent, id);
+  try {
+    mkdirSync(dir, { recursive: true });
+    // controllers reach a child only when every ancestor enables them for its children
+    for (const d of [root, parent]) writeFileSync(join(d, 'cgroup.subtree_control'), '+memory +pids');
+    writeFileSync(join(dir, 'memory.max'), mem);
+    writeFileSync(join(dir, 'memory.swap.max'), '0');
+    writeFileSync(join(dir, 'pids.max'), '64');
+    return [dir];
+  } catch (e) {
+    log?.({ id, dir, err: (e as Error).message }, 'cgroup v2 limits not applied: the VM is bounded by rlimits only');
     try {
-      rmdirSync(join(CGROUP_ROOT, ctrl, 'unihost', id));
+      rmdirSync(dir);
+    } catch {
+      /* not made, or not empty */
+    }
+    return [];
+  }
+}
+
+/** Removes a VM's cgroups (possible only once its processes are gone). */
+export function removeCgroups(id: string, root = CGROUP_ROOT): void {
+  const dirs = isCgroupV2(root)
+    ? [join(root, 'unihost', id)]
+    : ['memory', 'pids'].map((ctrl) => join(root, ctrl, 'unihost', id));
+  for (const d of dirs) {
+    try {
+      rmdirSync(d);
     } catch {
       /* not there, or not empty yet */
     }
