@@ -229,7 +229,7 @@ export async function check(url: string, token: string, dataDir: string, ledger:
   }
   // Per-VM cgroups (v1) of instances that run no VM
   const running = new Set([...qemusOf(dataDir).values()]);
-  for (const ctl of ['memory', 'pids']) {
+  for (const ctl of ['memory', 'pids', 'cpu']) {
     const cg = join('/sys/fs/cgroup', ctl, 'unihost');
     if (!existsSync(cg)) continue;
     for (const e of readdirSync(cg, { withFileTypes: true }))

@@ -55,9 +55,7 @@ const CGROUPS = existsSync('/sys/fs/cgroup/memory/cgroup.procs')
     ? 'v2'
     : undefined;
 const noCgroups = requirePart(
-  CGROUPS === undefined
-    ? 'no cgroup memory controller on this host (neither v1 /sys/fs/cgroup/memory nor v2)'
-    : CGROUPS === 'v2' && 'cgroup v2: the per-VM limits are set on v1 only (docs/security.md)',
+  CGROUPS === undefined ? 'no cgroup memory controller on this host (neither v1 /sys/fs/cgroup/memory nor v2)' : false,
 );
 
 test(
@@ -101,6 +99,16 @@ test(
       const limit = Number(readFileSync(`/sys/fs/cgroup/memory/unihost/${id}/memory.limit_in_bytes`, 'utf8'));
       assert.equal(limit, (128 + 512) * 1024 * 1024);
       assert.equal(readFileSync(`/sys/fs/cgroup/pids/unihost/${id}/pids.max`, 'utf8').trim(), '64');
+      assert.match(joined, new RegExp(`cpu,cpuacct:/unihost/${id}\\n|cpu:/unihost/${id}\\n`));
+      assert.equal(readFileSync(`/sys/fs/cgroup/cpu/unihost/${id}/cpu.cfs_quota_us`, 'utf8').trim(), '150000');
+    } else {
+      const joined = readFileSync(`/proc/${rt.pid}/cgroup`, 'utf8');
+      assert.match(joined, new RegExp(`0::/unihost/${id}\\n`));
+      assert.equal(
+        readFileSync(`/sys/fs/cgroup/unihost/${id}/memory.max`, 'utf8').trim(),
+        String((128 + 512) * 1024 * 1024),
+      );
+      assert.equal(readFileSync(`/sys/fs/cgroup/unihost/${id}/cpu.max`, 'utf8').trim(), '150000 100000');
     }
     // QMP (a socket QEMU opened before dropping privileges) still controls it: graceful stop
     await driver.stop(id);
@@ -110,7 +118,7 @@ test(
     assert.equal(exit.status, 0);
     await poll(
       'cgroups removed',
-      () => !existsSync(`/sys/fs/cgroup/memory/unihost/${id}`) && !existsSync(`/sys/fs/cgroup/pids/unihost/${id}`),
+      () => ['memory', 'pids', 'cpu', '.'].every((c) => !existsSync(`/sys/fs/cgroup/${c}/unihost/${id}`)),
       5_000,
       50,
     );

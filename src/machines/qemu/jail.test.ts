@@ -64,7 +64,7 @@ test('processUid reads a running process’s uid from /proc; a gone one is undef
   assert.equal(processUid(2 ** 22 + 12345), undefined);
 });
 
-test('cgroups: v2 (unified) gets one cgroup with memory.max, memory.swap.max and pids.max; v1 one per controller; none is said', () => {
+test('cgroups: v2 (unified) gets one cgroup with memory.max, memory.swap.max, pids.max and cpu.max; v1 one per controller; none is said', () => {
   const d = mkdtempSync(join(tmpdir(), 'unihost-cg-'));
   const id = '0f0e0d0c-0000-4000-8000-000000000001';
   const logged: string[] = [];
@@ -80,17 +80,23 @@ test('cgroups: v2 (unified) gets one cgroup with memory.max, memory.swap.max and
     assert.equal(readFileSync(join(dirs[0]!, 'memory.max'), 'utf8'), String((128 + 512) * 1024 * 1024));
     assert.equal(readFileSync(join(dirs[0]!, 'memory.swap.max'), 'utf8'), '0');
     assert.equal(readFileSync(join(dirs[0]!, 'pids.max'), 'utf8'), '64');
+    assert.equal(readFileSync(join(dirs[0]!, 'cpu.max'), 'utf8'), '150000 100000');
     for (const s of [v2, join(v2, 'unihost')])
-      assert.equal(readFileSync(join(s, 'cgroup.subtree_control'), 'utf8'), '+memory +pids');
+      assert.equal(readFileSync(join(s, 'cgroup.subtree_control'), 'utf8'), '+memory +pids +cpu');
 
     // v1: one directory per mounted controller
     const v1 = join(d, 'v1');
-    for (const c of ['memory', 'pids']) {
+    for (const c of ['memory', 'pids', 'cpu']) {
       mkdirSync(join(v1, c), { recursive: true });
       writeFileSync(join(v1, c, 'cgroup.procs'), '');
     }
     const v1dirs = makeCgroups(id, 64, log, v1);
-    assert.deepEqual(v1dirs, [join(v1, 'memory', 'unihost', id), join(v1, 'pids', 'unihost', id)]);
+    assert.deepEqual(v1dirs, [
+      join(v1, 'memory', 'unihost', id),
+      join(v1, 'pids', 'unihost', id),
+      join(v1, 'cpu', 'unihost', id),
+    ]);
+    assert.equal(readFileSync(join(v1dirs[2]!, 'cpu.cfs_quota_us'), 'utf8'), '150000');
     assert.equal(readFileSync(join(v1dirs[0]!, 'memory.limit_in_bytes'), 'utf8'), String((64 + 512) * 1024 * 1024));
     assert.equal(readFileSync(join(v1dirs[1]!, 'pids.max'), 'utf8'), '64');
     assert.deepEqual(logged, []);

@@ -16,6 +16,13 @@ const MiB = 1024 * 1024;
 const AS_OVERHEAD_MB = 1536;
 /** Memory (RSS + page cache) QEMU may use above guest RAM (measured: RSS ~200 MB for 128 MB). */
 const MEM_OVERHEAD_MB = 512;
+/**
+ * CPU time per 100 ms period a VM may use: its one vCPU thread (a whole
+ * core at most) plus half a core for QEMU's main loop and I/O, so that one
+ * busy guest cannot take every core of the host.
+ */
+const CPU_PERIOD_US = 100_000;
+const CPU_QUOTA_US = 150_000;
 
 /** How many uids VMs use above VM_UID_BASE (2^24). */
 export const VM_UIDS = 0x1000000;
@@ -79,9 +86,9 @@ export const isCgroupV2 = (root = CGROUP_ROOT): boolean => existsSync(join(root,
 
 /**
  * Creates the VM's cgroups and returns their directories, which the VM
- * joins before it execs QEMU: on cgroup v1, `memory` and `pids` where
+ * joins before it execs QEMU: on cgroup v1, `memory`, `pids` and `cpu` where
  * mounted and writable; on v2, one cgroup `unihost/<id>` with
- * `memory.max`, `memory.swap.max` and `pids.max` (the `memory` and `pids`
+ * `memory.max`, `memory.swap.max`, `pids.max` and `cpu.max` (the
  * controllers are enabled for `unihost/` first). Empty when the host has
  * none, or refuses (logged, never silent): rlimits still apply.
  */
@@ -97,6 +104,7 @@ export function makeCgroups(
   const limits: Record<string, Record<string, string>> = {
     memory: { 'memory.limit_in_bytes': mem },
     pids: { 'pids.max': '64' },
+    cpu: { 'cpu.cfs_period_us': String(CPU_PERIOD_US), 'cpu.cfs_quota_us': String(CPU_QUOTA_US) },
   };
   let found = 0;
   for (const [ctrl, files] of Object.entries(limits)) {
@@ -111,7 +119,8 @@ export function makeCgroups(
       log?.({ id, ctrl, err: e }, 'cgroup limits not applied');
     }
   }
-  if (found === 0) log?.({ id, root }, 'no cgroup memory or pids controller found: the VM is bounded by rlimits only');
+  if (found === 0)
+    log?.({ id, root }, 'no cgroup memory, pids or cpu controller found: the VM is bounded by rlimits only');
   return out;
 }
 
@@ -121,10 +130,11 @@ function makeCgroupV2(root: string, id: string, mem: string, log?: (o: object, m
   try {
     mkdirSync(dir, { recursive: true });
     // controllers reach a child only when every ancestor enables them for its children
-    for (const d of [root, parent]) writeFileSync(join(d, 'cgroup.subtree_control'), '+memory +pids');
+    for (const d of [root, parent]) writeFileSync(join(d, 'cgroup.subtree_control'), '+memory +pids +cpu');
     writeFileSync(join(dir, 'memory.max'), mem);
     writeFileSync(join(dir, 'memory.swap.max'), '0');
     writeFileSync(join(dir, 'pids.max'), '64');
+    writeFileSync(join(dir, 'cpu.max'), `${CPU_QUOTA_US} ${CPU_PERIOD_US}`);
     return [dir];
   } catch (e) {
     log?.({ id, dir, err: (e as Error).message }, 'cgroup v2 limits not applied: the VM is bounded by rlimits only');
@@ -141,7 +151,7 @@ function makeCgroupV2(root: string, id: string, mem: string, log?: (o: object, m
 export function removeCgroups(id: string, root = CGROUP_ROOT): void {
   const dirs = isCgroupV2(root)
     ? [join(root, 'unihost', id)]
-    : ['memory', 'pids'].map((ctrl) => join(root, ctrl, 'unihost', id));
+    : ['memory', 'pids', 'cpu'].map((ctrl) => join(root, ctrl, 'unihost', id));
   for (const d of dirs) {
     try {
       rmdirSync(d);
