@@ -143,14 +143,25 @@ export async function runChecks(config: Config): Promise<Check[]> {
     Promise.resolve<Check>(
       (() => {
         const ctl = '/sys/fs/cgroup/cgroup.controllers';
-        if (existsSync('/sys/fs/cgroup/memory/') || existsSync('/sys/fs/cgroup/pids/'))
-          return { name: 'cgroups', status: 'ok', detail: 'v1 memory/pids controllers: per-VM limits applied' };
-        if (existsSync(ctl))
+        if (existsSync(ctl)) {
+          const have = readFileSync(ctl, 'utf8').trim().split(/\s+/);
+          const missing = ['memory', 'pids', 'cpu'].filter((c) => !have.includes(c));
+          return missing.length === 0
+            ? { name: 'cgroups', status: 'ok', detail: 'v2 with memory, pids and cpu: per-VM limits applied' }
+            : {
+                name: 'cgroups',
+                status: 'warn',
+                detail: `v2 without the ${missing.join(', ')} controller(s): VMs start with rlimits only`,
+                fix: 'enable them in /sys/fs/cgroup/cgroup.subtree_control (or the kernel command line), docs/security.md',
+              };
+        }
+        const v1 = ['memory', 'pids', 'cpu'].filter((c) => existsSync(`/sys/fs/cgroup/${c}/cgroup.procs`));
+        if (v1.length > 0)
           return {
             name: 'cgroups',
-            status: 'warn',
-            detail: `v2 (${readFileSync(ctl, 'utf8').trim()}): per-VM cgroup limits are not applied yet`,
-            fix: 'VMs still get rlimits, their own uid and seccomp (docs/security.md); cgroup v2 limits are planned',
+            status: v1.length === 3 ? 'ok' : 'warn',
+            detail: `v1 ${v1.join('/')} controller(s): per-VM limits applied${v1.length === 3 ? '' : ' for those only'}`,
+            ...(v1.length === 3 ? {} : { fix: 'mount the missing cgroup v1 controllers (memory, pids, cpu)' }),
           };
         return { name: 'cgroups', status: 'warn', detail: 'no cgroup file system found', fix: 'mount cgroups' };
       })(),
