@@ -23,6 +23,7 @@ const ROUTES: [RegExp, string][] = [
   [/^\/v2\/(.+)\/blobs\/([^/]+)$/, 'blob'],
   [/^\/v2\/(.+)\/manifests\/([^/]+)$/, 'manifest'],
   [/^\/v2\/(.+)\/tags\/list$/, 'tags'],
+  [/^\/v2\/(.+)\/referrers\/([^/]+)$/, 'referrers'],
 ];
 
 /** Does this URL belong to the registry (so the v1 API's authentication does not apply)? */
@@ -295,6 +296,13 @@ export function registerRegistry(
         return reply.send({ repositories: page.items });
       }
       const name = m[1]!;
+      if (kind === 'referrers') {
+        if (method !== 'GET') bad();
+        const artifactType = typeof q.artifactType === 'string' ? q.artifactType : undefined;
+        const r = await reg.referrers(who, name, m[2]!, artifactType);
+        if (r.filtered) void reply.header('oci-filters-applied', 'artifactType');
+        return reply.type('application/vnd.oci.image.index.v1+json').send(JSON.stringify(r.index));
+      }
       if (kind === 'tags') {
         if (method !== 'GET') bad();
         const p = pageParams(req);

@@ -495,6 +495,53 @@ export class RegistryService {
   }
 
   /**
+   * The referrers API (distribution-spec 1.1): an OCI image index of the
+   * repository's manifests whose `subject` is `digest` (signatures, SBOMs,
+   * attestations pushed with `OCI-Subject`), each with its `artifactType`
+   * (or its config's media type) and annotations; only those of
+   * `artifactType` when it is given. An unknown digest has none.
+   */
+  async referrers(
+    who: Caller,
+    name: string,
+    digest: string,
+    artifactType?: string,
+  ): Promise<{ index: Record<string, unknown>; filtered: boolean }> {
+    const repo = this.authorize(who, name, 'pull');
+    checkDigest(digest, 'referrers digest');
+    const links = await this.deps.store.read((tx) => tx.registry.links(repo.name));
+    const manifests: Record<string, unknown>[] = [];
+    for (const l of links) {
+      if (!l.media_type || !MANIFEST_MEDIA_TYPES.includes(l.media_type)) continue;
+      let doc: {
+        subject?: Descriptor;
+        artifactType?: string;
+        config?: Descriptor;
+        annotations?: Record<string, string>;
+      };
+      try {
+        doc = JSON.parse((await this.layout.readBlob(l.digest)).toString('utf8')) as typeof doc;
+      } catch {
+        continue; // not JSON (never stored so): nothing refers
+      }
+      if (doc.subject?.digest !== digest) continue;
+      const type = doc.artifactType ?? doc.config?.mediaType;
+      if (artifactType !== undefined && type !== artifactType) continue;
+      manifests.push({
+        mediaType: l.media_type,
+        digest: l.digest,
+        size: l.size,
+        ...(type ? { artifactType: type } : {}),
+        ...(doc.annotations ? { annotations: doc.annotations } : {}),
+      });
+    }
+    return {
+      index: { schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests },
+      filtered: artifactType !== undefined,
+    };
+  }
+
+  /**
    * Deletes a tag (its manifest stays, reachable by digest) or a manifest
    * by digest (with every tag on it). The platform's image tags of the
    * same names go too; instances keep the digests they run.

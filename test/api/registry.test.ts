@@ -396,6 +396,67 @@ describe('OCI registry at /v2/', () => {
     assert.equal(code(await call('GET', `/v2/bob/dst/blobs/${d}`, b)), 'BLOB_UNKNOWN');
   });
 
+  test('referrers: manifests pushed with a subject are listed by it, filtered by artifactType; others see nothing', async () => {
+    const a = as('alice', alice);
+    const cfg = await pushBlob('alice/refs', a, Buffer.from('{"architecture":"arm64","os":"linux"}'));
+    const manifest = (extra: object) =>
+      Buffer.from(
+        JSON.stringify({
+          schemaVersion: 2,
+          mediaType: MT_MANIFEST,
+          config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: cfg, size: 37 },
+          layers: [],
+          ...extra,
+        }),
+      );
+    const put = async (body: Buffer, ref: string) => {
+      const r = await call('PUT', `/v2/alice/refs/manifests/${ref}`, a, body, { 'content-type': MT_MANIFEST });
+      assert.equal(r.status, 201, r.body.toString());
+      return r;
+    };
+    const subjectBody = manifest({});
+    await put(subjectBody, 'v1');
+    const subject = { mediaType: MT_MANIFEST, digest: sha(subjectBody), size: subjectBody.length };
+    const sig = manifest({ artifactType: 'application/vnd.example.signature', subject, annotations: { by: 'alice' } });
+    const sbom = manifest({ artifactType: 'application/spdx+json', subject });
+    const r1 = await put(sig, sha(sig));
+    assert.equal(r1.headers['oci-subject'], subject.digest);
+    await put(sbom, sha(sbom));
+
+    const all = await call('GET', `/v2/alice/refs/referrers/${subject.digest}`, a);
+    assert.equal(all.status, 200);
+    assert.match(String(all.headers['content-type']), /application\/vnd\.oci\.image\.index\.v1\+json/);
+    assert.equal(all.json.mediaType, 'application/vnd.oci.image.index.v1+json');
+    const byDigest = new Map((all.json.manifests as any[]).map((m) => [m.digest, m])); // eslint-disable-line @typescript-eslint/no-explicit-any
+    assert.deepEqual([...byDigest.keys()].sort(), [sha(sig), sha(sbom)].sort());
+    assert.deepEqual(byDigest.get(sha(sig)), {
+      mediaType: MT_MANIFEST,
+      digest: sha(sig),
+      size: sig.length,
+      artifactType: 'application/vnd.example.signature',
+      annotations: { by: 'alice' },
+    });
+    const some = await call(
+      'GET',
+      `/v2/alice/refs/referrers/${subject.digest}?artifactType=application/spdx%2Bjson`,
+      a,
+    );
+    assert.equal(some.headers['oci-filters-applied'], 'artifactType');
+    assert.deepEqual(
+      (some.json.manifests as { digest: string }[]).map((m) => m.digest),
+      [sha(sbom)],
+    );
+    // a digest nothing refers to: an empty index, not an error
+    const none = await call('GET', `/v2/alice/refs/referrers/sha256:${'0'.repeat(64)}`, a);
+    assert.equal(none.status, 200);
+    assert.deepEqual(none.json.manifests, []);
+    // another user may not read alice's repository; a bad digest is named
+    assert.equal((await call('GET', `/v2/alice/refs/referrers/${subject.digest}`, as('bob', bob))).status, 403);
+    const bad = await call('GET', '/v2/alice/refs/referrers/sha256:nothex', a);
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.errors[0].code, 'DIGEST_INVALID');
+  });
+
   test('tags list and catalog page with n and last; catalog shows only your repositories', async () => {
     const a = as('alice', alice);
     const cfg = await pushBlob('alice/tags', a, Buffer.from('{"architecture":"arm64","os":"linux"}'));
