@@ -64,6 +64,23 @@ export class DaemonMetrics {
         for (const [state, n] of counts) byState.set({ state }, n);
       },
     });
+    const snapshots = new Gauge({
+      name: 'unihost_snapshot_bytes',
+      help: 'Disk used by memory snapshots of instances (stateful standby, suspend), and how many there are.',
+      labelNames: ['what'],
+      registers: [this.registry],
+      collect: async () => {
+        let bytes = 0;
+        let count = 0;
+        for (const i of await store.read((tx) => tx.instances.all()))
+          if (i.snapshot) {
+            bytes += i.snapshot.bytes;
+            count++;
+          }
+        snapshots.set({ what: 'bytes' }, bytes);
+        snapshots.set({ what: 'count' }, count);
+      },
+    });
   }
 
   /**

@@ -76,6 +76,19 @@ describe('GET /metrics', () => {
     assert.equal(withLabels(states, { state: 'stopped' })?.value, 1);
     assert.equal(withLabels(states, { state: 'draining' })?.value, 0, 'every state has a series');
 
+    // memory snapshots: the sum of what the records say (one written in here as the controller would)
+    const p1 = (await h.daemon.store.read((tx) => tx.instances.all())).find((i) => i.name === 'p1')!;
+    const snap = { bytes: 2_500_000, created_at: new Date().toISOString(), reason: 'suspend' as const };
+    await h.daemon.store.tx((tx) =>
+      tx.instances.updateStatus(p1.id, {
+        snapshot: { ...snap, image: p1.image, memory_mb: p1.memory_mb, machine: 'pc', vmm: 'test' },
+      }),
+    );
+    const snaps = family(await scrape(), 'unihost_snapshot_bytes');
+    assert.equal(withLabels(snaps, { what: 'bytes' })?.value, 2_500_000);
+    assert.equal(withLabels(snaps, { what: 'count' })?.value, 1);
+    await h.daemon.store.tx((tx) => tx.instances.updateStatus(p1.id, { snapshot: null }));
+
     const boots = family(fs, 'unihost_instance_boot_seconds');
     assert.equal(boots.type, 'histogram');
     const b = (boots.data as Sample[])[0]!;
