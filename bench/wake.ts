@@ -29,8 +29,8 @@
  * Needs root and the test images (guest/build-images.sh); runs itself
  * inside a network namespace it creates and deletes.
  */
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -47,10 +47,15 @@ import { portOpen, RAW_IP, RawQemu } from './raw-qemu.js';
 import { QmpClient } from '../src/machines/qemu/qmp.js';
 
 const { values } = parseArgs({
-  options: { runs: { type: 'string', default: '10' }, 'scale-runs': { type: 'string', default: '3' } },
+  options: {
+    runs: { type: 'string', default: '10' },
+    'scale-runs': { type: 'string', default: '3' },
+    many: { type: 'string', default: '0' },
+  },
 });
 const RUNS = Number(values.runs);
 const SCALE_RUNS = Number(values['scale-runs']);
+const MANY = Number(values.many);
 const UK = process.env.UNIHOST_UNIKRAFT_DIR ?? join('..', 'shared', 'unikraft');
 
 /** Non-zero 4 KiB pages of a raw QEMU's guest memory (QMP `pmemsave` of its first `mb` MB), in bytes. */
@@ -71,6 +76,71 @@ async function guestTouched(dir: string, mb: number): Promise<number> {
   return pages * 4096;
 }
 
+/**
+ * --many N: N c-http masters with stateful scale-to-zero, created 10 at a
+ * time, left to go to standby; then their snapshots' disk use, the QEMU
+ * processes left (none should be), and the CPU this process (the daemon)
+ * uses over 10 s with all of them in standby.
+ */
+async function manyInStandby(d: Daemon, call: ReturnType<typeof apiCaller>, dataDir: string): Promise<void> {
+  const big = { hard: { instances: 10_000, live_instances: 10_000, live_memory_mb: 1_000_000 }, limits: {} };
+  await d.services.users.setQuotas('bench', {
+    hard: { ...big.hard, service_groups: 10_000, services: 10_000, domains: 10_000, snapshot_mb: 100_000 },
+    limits: {},
+  });
+  const t0 = performance.now();
+  for (let i = 0; i < MANY; i += 10) {
+    const batch = Array.from({ length: Math.min(10, MANY - i) }, (_, k) => ({
+      name: `many${i + k}`,
+      image: 'c-http:latest',
+      memory_mb: 16,
+      service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
+      scale_to_zero: { policy: 'on', cooldown_time_ms: 300, stateful: true },
+      autostart: true,
+      wait_timeout_ms: -1,
+    }));
+    const r = await call('POST', '/v1/instances', batch);
+    const bad = (r.data.instances ?? []).filter((e) => e.state !== 'running');
+    if (bad.length > 0 || r.status !== 'success')
+      throw new Error(`--many: create failed: ${JSON.stringify(r).slice(0, 500)}`);
+  }
+  const created = performance.now() - t0;
+  const end = Date.now() + 600_000;
+  let standby = 0;
+  for (;;) {
+    const list = (await call('GET', '/v1/instances', {})).data.instances ?? [];
+    const many = list.filter((i) => String(i.name).startsWith('many'));
+    standby = many.filter((i) => i.state === 'standby' && i.snapshot).length;
+    if (standby === MANY) break;
+    if (Date.now() > end) throw new Error(`--many: only ${standby} of ${MANY} in stateful standby after 10 min`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  const list = (await call('GET', '/v1/instances', {})).data.instances ?? [];
+  const bytes = list
+    .filter((i) => String(i.name).startsWith('many'))
+    .reduce((s, i) => s + ((i.snapshot as { size_bytes: number } | undefined)?.size_bytes ?? 0), 0);
+  const du = execFileSync('du', ['-sb', join(dataDir, 'instances')], { encoding: 'utf8' }).split('\t')[0];
+  const qemus = readdirSync('/proc').filter((p) => {
+    try {
+      const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8');
+      return cmd.includes('qemu-system') && cmd.includes(dataDir);
+    } catch {
+      return false;
+    }
+  }).length;
+  const c0 = process.cpuUsage();
+  await new Promise((r) => setTimeout(r, 10_000));
+  const c1 = process.cpuUsage(c0);
+  console.log(
+    `\n# --many: ${MANY} c-http masters with stateful scale-to-zero (created in ${(created / 1000).toFixed(1)} s)`,
+  );
+  console.log(
+    `all in standby with a snapshot: snapshots ${(bytes / 2 ** 30).toFixed(3)} GiB in all (${(bytes / MANY / 1e6).toFixed(2)} MB each; goal for 200: <= 1 GiB); ` +
+      `instance directories ${(Number(du) / 2 ** 30).toFixed(3)} GiB (console logs included); QEMU processes left: ${qemus}; ` +
+      `daemon CPU over 10 s idle: ${((c1.user + c1.system) / 1000).toFixed(0)} ms`,
+  );
+}
+
 async function inner(): Promise<void> {
   const kernel = join(UK, 'c-http_qemu-x86_64');
   if (!existsSync(kernel)) {
@@ -88,6 +158,8 @@ async function inner(): Promise<void> {
       network: { ...DEFAULTS.network, enabled: true, bridge: 'uhbr0', dns: false },
       gateway: { ...DEFAULTS.gateway, enabled: true, listen: '127.0.0.1', portOffset: 0 },
       acme: { ...DEFAULTS.acme, enabled: false },
+      // --many: hundreds of standby instances count as live; this host's vCPU budget would refuse them
+      ...(MANY > 0 ? { capacity: { ...DEFAULTS.capacity, vcpusPerCore: 0 } } : {}),
     },
     { logger: pino({ level: 'warn' }), controllers: defaultControllers },
   );
@@ -210,6 +282,7 @@ async function inner(): Promise<void> {
         `${(touched / 1e6).toFixed(2)} MB: ${(size / touched).toFixed(2)}x (goal <= 1.5x); ` +
         `200 such standby instances: ${((200 * size) / 2 ** 30).toFixed(2)} GiB of disk (goal <= 1 GiB; computed, not run)`,
     );
+    if (MANY > 0) await manyInStandby(d, call, dataDir);
     if (SCALE_RUNS > 0) await autoscaleReaction(d, call, gwc, ca);
   } finally {
     raw?.close();

@@ -81,6 +81,8 @@ export function rlimitArgv(memoryMb: number): string[] {
 /** Where cgroups are mounted: v1 has one directory per controller, v2 one unified tree. */
 const CGROUP_ROOT = '/sys/fs/cgroup';
 
+const saidNoCgroups = new Set<string>();
+
 /** Whether `root` is a cgroup v2 (unified) hierarchy. */
 export const isCgroupV2 = (root = CGROUP_ROOT): boolean => existsSync(join(root, 'cgroup.controllers'));
 
@@ -119,8 +121,11 @@ export function makeCgroups(
       log?.({ id, ctrl, err: e }, 'cgroup limits not applied');
     }
   }
-  if (found === 0)
-    log?.({ id, root }, 'no cgroup memory, pids or cpu controller found: the VM is bounded by rlimits only');
+  if (found === 0 && !saidNoCgroups.has(root)) {
+    // once per hierarchy and process: the same for every VM (e.g. a daemon in a network namespace whose /sys has no cgroups)
+    saidNoCgroups.add(root);
+    log?.({ id, root }, 'no cgroup memory, pids or cpu controller found: VMs are bounded by rlimits only');
+  }
   return out;
 }
 
