@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
+import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import type { Harness } from './harness.js';
 
@@ -124,4 +125,30 @@ export async function closeVmHarness(h: Harness, tokens: string[]): Promise<void
   } finally {
     await h.close();
   }
+}
+
+/** Imports Unikraft's c-http from `dir` as `ref` (0.16.3 boots on pc with SeaBIOS only: test/vm/unikraft.test.ts checks the choice). */
+export async function importCHttp(
+  images: { importKernel(ref: string, o: Record<string, unknown>): Promise<unknown> },
+  dir: string,
+  ref = 'c-http:latest',
+): Promise<void> {
+  await images.importKernel(ref, {
+    kernel: join(dir, 'c-http_qemu-x86_64'),
+    ports: [8080],
+    machine: 'pc',
+    firmware: 'seabios',
+  });
+}
+
+/** `GET /` over a new TLS connection to 127.0.0.1:`port` for `fqdn` (a TCP-mode service): the whole answer as text. */
+export function tlsGet(port: number, fqdn: string, ca: string): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const s = tls.connect({ host: '127.0.0.1', port, servername: fqdn, ca });
+    let text = '';
+    s.once('secureConnect', () => s.write(`GET / HTTP/1.1\r\nHost: ${fqdn}\r\nConnection: close\r\n\r\n`));
+    s.on('data', (d: Buffer) => (text += d.toString()));
+    s.once('end', () => resolve(text));
+    s.once('error', reject);
+  });
 }

@@ -15,7 +15,6 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import tls from 'node:tls';
 import pino from 'pino';
 import { Agent, request } from 'undici';
 import { defaultControllers } from '../../src/controllers.js';
@@ -23,7 +22,7 @@ import { importGuestImages } from '../../src/images/guest.js';
 import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
-import { closeVmHarness, guestOut, poll, unikraftDir } from '../helpers/vm.js';
+import { closeVmHarness, guestOut, importCHttp, poll, tlsGet, unikraftDir } from '../helpers/vm.js';
 import { requirePart } from '../helpers/require.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -85,11 +84,7 @@ if (!insideTestNetns()) {
       );
       const images = h.daemon.services.images;
       await importGuestImages(images, guestOut());
-      if (UK) {
-        // c-http 0.16.3 boots on pc with SeaBIOS only (test/vm/unikraft.test.ts checks the choice)
-        const kernel = join(UK, 'c-http_qemu-x86_64');
-        await images.importKernel('c-http:latest', { kernel, ports: [8080], machine: 'pc', firmware: 'seabios' });
-      }
+      if (UK) await importCHttp(images, UK);
       const junk = join(h.dataDir, 'not-a-kernel');
       writeFileSync(junk, '#!/bin/sh\necho this is a shell script, not a kernel\n');
       await images.importKernel('junk:latest', { kernel: junk, machine: 'pc' });
@@ -154,14 +149,7 @@ if (!insideTestNetns()) {
         // c-http ignores shutdown requests: the platform's stop ends it at once (forced, 20)
         assert.equal((await get('uk')).stop_reason, 20);
         const t0 = Date.now();
-        const answer = await new Promise<string>((resolve, reject) => {
-          const s = tls.connect({ host: '127.0.0.1', port: gwc.dataPlane!.boundPort(8443)!, servername: web.fqdn, ca });
-          let text = '';
-          s.once('secureConnect', () => s.write(`GET / HTTP/1.1\r\nHost: ${web.fqdn}\r\nConnection: close\r\n\r\n`));
-          s.on('data', (d: Buffer) => (text += d.toString()));
-          s.once('end', () => resolve(text));
-          s.once('error', reject);
-        });
+        const answer = await tlsGet(gwc.dataPlane!.boundPort(8443)!, web.fqdn, ca);
         process.stderr.write(`standby -> first answer through the gateway (c-http, TCP): ${Date.now() - t0} ms\n`);
         assert.match(answer, /^HTTP\/1\.1 200[\s\S]*Hello from Unikraft!/);
         const i = await get('uk');

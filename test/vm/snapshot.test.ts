@@ -18,7 +18,6 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import tls from 'node:tls';
 import pino from 'pino';
 import { Agent, request } from 'undici';
 import { defaultControllers } from '../../src/controllers.js';
@@ -27,7 +26,7 @@ import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { snapshotFile } from '../../src/reconcile/machine-snapshots.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
-import { closeVmHarness, guestOut, poll, unikraftDir } from '../helpers/vm.js';
+import { closeVmHarness, guestOut, importCHttp, poll, tlsGet, unikraftDir } from '../helpers/vm.js';
 import { requirePart } from '../helpers/require.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -109,15 +108,7 @@ if (!insideTestNetns()) {
         (s) => defaultControllers(s, log),
       );
       await importGuestImages(h.daemon.services.images, guestOut());
-      if (UK) {
-        const kernel = join(UK, 'c-http_qemu-x86_64');
-        await h.daemon.services.images.importKernel('c-http:latest', {
-          kernel,
-          ports: [8080],
-          machine: 'pc',
-          firmware: 'seabios',
-        });
-      }
+      if (UK) await importCHttp(h.daemon.services.images, UK);
       t = await h.user('snap');
       gwc = h.daemon.controllers.find(
         (c) => (c as GatewayController).dataPlane !== undefined && 'waker' in (c as object),
@@ -274,14 +265,7 @@ if (!insideTestNetns()) {
         assert.equal(i.snapshot.reason, 'standby');
         process.stderr.write(`stateful standby of c-http (16 MB): snapshot of ${i.snapshot.size_bytes} bytes\n`);
         const t0 = Date.now();
-        const answer = await new Promise<string>((resolve, reject) => {
-          const s = tls.connect({ host: '127.0.0.1', port: gwc.dataPlane!.boundPort(8443)!, servername: web.fqdn, ca });
-          let text = '';
-          s.once('secureConnect', () => s.write(`GET / HTTP/1.1\r\nHost: ${web.fqdn}\r\nConnection: close\r\n\r\n`));
-          s.on('data', (d: Buffer) => (text += d.toString()));
-          s.once('end', () => resolve(text));
-          s.once('error', reject);
-        });
+        const answer = await tlsGet(gwc.dataPlane!.boundPort(8443)!, web.fqdn, ca);
         process.stderr.write(
           `stateful wake -> first answer through the gateway (c-http, TCP): ${Date.now() - t0} ms\n`,
         );
