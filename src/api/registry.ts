@@ -176,16 +176,21 @@ export function registerRegistry(
 
   // Abandoned uploads: at start, then hourly.
   let sweeper: NodeJS.Timeout | undefined;
-  const sweep = (): void =>
-    void reg.reclaimUploads(UPLOAD_MAX_AGE_MS).catch((e: unknown) => app.log.warn({ err: e }, 'upload sweep failed'));
+  /** the sweep under way: a close waits for it (it writes in the data dir, which may go right after) */
+  let sweeping: Promise<unknown> = Promise.resolve();
+  const sweep = (): void => {
+    sweeping = reg
+      .reclaimUploads(UPLOAD_MAX_AGE_MS)
+      .catch((e: unknown) => app.log.warn({ err: e }, 'upload sweep failed'));
+  };
   app.addHook('onReady', (done) => {
     sweep();
     sweeper = setInterval(sweep, 3600_000).unref();
     done();
   });
-  app.addHook('onClose', (_i, done) => {
+  app.addHook('onClose', async () => {
     clearInterval(sweeper);
-    done();
+    await sweeping;
   });
 
   void app.register(async (scope) => {

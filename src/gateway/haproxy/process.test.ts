@@ -83,6 +83,8 @@ test('a second HAProxy of the same data dir (a master nobody runs, and its worke
     }
   } finally {
     if (stray?.pid && alive(stray.pid)) process.kill(-stray.pid, 'SIGKILL');
+    // whatever a failed run left of this data dir's HAProxies
+    for (const pid of await strayHaproxies(config)) process.kill(pid, 'SIGKILL');
     for (const x of a) await x.close();
     await rm(dir, { recursive: true, force: true });
   }
