@@ -30,7 +30,7 @@
  * inside a network namespace it creates and deletes.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -42,6 +42,7 @@ import { startDaemon, type Daemon } from '../src/daemon.js';
 import { importGuestImages } from '../src/images/guest.js';
 import type { GatewayController } from '../src/reconcile/gateway.js';
 import { runFileInNewNetns } from '../test/helpers/netns.js';
+import { qemuProcs } from '../test/helpers/vm.js';
 import { apiCaller, fmt, stats } from './boot-unikraft.js';
 import { portOpen, RAW_IP, RawQemu } from './raw-qemu.js';
 import { QmpClient } from '../src/machines/qemu/qmp.js';
@@ -120,14 +121,7 @@ async function manyInStandby(d: Daemon, call: ReturnType<typeof apiCaller>, data
     .filter((i) => String(i.name).startsWith('many'))
     .reduce((s, i) => s + ((i.snapshot as { size_bytes: number } | undefined)?.size_bytes ?? 0), 0);
   const du = execFileSync('du', ['-sb', join(dataDir, 'instances')], { encoding: 'utf8' }).split('\t')[0];
-  const qemus = readdirSync('/proc').filter((p) => {
-    try {
-      const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8');
-      return cmd.includes('qemu-system') && cmd.includes(dataDir);
-    } catch {
-      return false;
-    }
-  }).length;
+  const qemus = qemuProcs([dataDir]).length;
   const c0 = process.cpuUsage();
   await new Promise((r) => setTimeout(r, 10_000));
   const c1 = process.cpuUsage(c0);

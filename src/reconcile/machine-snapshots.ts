@@ -1,7 +1,7 @@
 import { existsSync, rmSync, statfsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { MachineDriver, MachineSpec } from '../machines/driver.js';
-import type { InstanceRec, SnapshotRec } from '../store/types.js';
+import type { InstanceRec, SnapshotRec, StatusPatch } from '../store/types.js';
 import { effectiveQuotas } from '../domain/quotas.js';
 import type { ControllerDeps } from './deps.js';
 import type { RuntimeRec } from './machine-plan.js';
@@ -98,12 +98,15 @@ export class Snapshots {
     return null;
   }
 
-  private async fellBack(inst: InstanceRec, msg: string): Promise<void> {
+  /** Says `msg` in the console log, the log and a `notice` event, applying `patch` in the event's transaction. */
+  private async fellBack(inst: InstanceRec, msg: string, patch?: StatusPatch): Promise<void> {
     this.note(inst.id, msg);
     this.log.warn({ id: inst.id }, msg);
     await this.s.store.tx(async (tx) => {
       const cur = await tx.instances.getAny(inst.id);
-      if (cur) tx.events.notice(cur, msg);
+      if (!cur) return;
+      if (patch) await tx.instances.updateStatus(inst.id, patch);
+      tx.events.notice(cur, msg);
     });
   }
 
@@ -172,15 +175,9 @@ export class Snapshots {
     rmSync(snapshotFile(this.s.paths.instance(inst.id)), { force: true });
   }
 
-  private async drop(inst: InstanceRec, msg: string, extra: { runtime?: Record<string, unknown> } = {}): Promise<void> {
-    this.note(inst.id, msg);
-    this.log.warn({ id: inst.id }, msg);
-    await this.s.store.tx(async (tx) => {
-      const cur = await tx.instances.getAny(inst.id);
-      if (!cur) return;
-      await tx.instances.updateStatus(inst.id, { snapshot: null, ...extra });
-      tx.events.notice(cur, msg);
-    });
+  /** The snapshot is given up: said as a fall-back, the record and the file dropped. */
+  private async drop(inst: InstanceRec, msg: string, extra: StatusPatch = {}): Promise<void> {
+    await this.fellBack(inst, msg, { snapshot: null, ...extra });
     rmSync(snapshotFile(this.s.paths.instance(inst.id)), { force: true });
   }
 }

@@ -15,7 +15,7 @@
  *   through the gateway and prints no second boot banner.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
@@ -26,7 +26,7 @@ import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { snapshotFile } from '../../src/reconcile/machine-snapshots.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
-import { closeVmHarness, guestOut, importCHttp, poll, tlsGet, unikraftDir } from '../helpers/vm.js';
+import { closeVmHarness, guestOut, importCHttp, poll, qemuProcs, tlsGet, unikraftDir } from '../helpers/vm.js';
 import { requirePart } from '../helpers/require.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -54,18 +54,7 @@ if (!insideTestNetns()) {
       const f = join(h.daemon.services.paths.instance(id), 'console.log');
       return existsSync(f) ? readFileSync(f, 'utf8') : '';
     };
-    const vmRunning = (id: string): boolean => qemuOf(id).length > 0;
-    const qemuOf = (id: string): string[] => {
-      const out: string[] = [];
-      for (const pid of readdirNumeric('/proc')) {
-        try {
-          if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`unihost-${id}`)) out.push(pid);
-        } catch {
-          /* gone */
-        }
-      }
-      return out;
-    };
+    const vmRunning = (id: string): boolean => qemuProcs([`unihost-${id}`]).length > 0;
 
     async function viaGateway(fqdn: string, agent: Agent, path = '/cgi-bin/count') {
       const r = await request(`https://127.0.0.1:${gwc.dataPlane!.boundPort(443)}${path}`, {
@@ -299,8 +288,4 @@ if (!insideTestNetns()) {
       },
     );
   });
-}
-
-function readdirNumeric(dir: string): string[] {
-  return readdirSync(dir).filter((d) => /^\d+$/.test(d));
 }
