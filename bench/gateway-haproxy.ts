@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { HaproxyDataPlane } from '../src/gateway/haproxy/plane.js';
+import { DEFAULTS } from '../src/config.js';
 import type { Backend, DataPlane, Route } from '../src/gateway/types.js';
 
 export const HOST = 'bench-abcd1234.bench.test';
@@ -136,6 +137,8 @@ export async function haproxyChild(msg: { cert: string; key: string; backend: Po
     backends: (g) => table.get(g) ?? [],
     log: pino({ level: 'warn' }),
     threads: 1,
+    // as the daemon runs it: in its cgroup with the configured CPU weight (docs/gateway.md)
+    cpuWeight: DEFAULTS.gateway.cpuWeight,
   });
   await plane.start();
   const stop = (): void => void plane.close().finally(() => process.exit(0));

@@ -124,6 +124,13 @@ export interface GatewayConfig {
   /** HAProxy worker threads; 0 = chosen from the host's CPUs (gatewayThreads, docs/gateway.md) */
   threads: number;
   /**
+   * CPU weight of HAProxy's cgroup `unihost-gateway` on cgroup v2's scale
+   * (1-10000; 100 = a plain process, and the VMs' `unihost/` group as a
+   * whole); 0 = no cgroup. Default 400: with VMs keeping every core busy the
+   * gateway still gets four fifths of a core it needs (docs/gateway.md).
+   */
+  cpuWeight: number;
+  /**
    * Public ports tenants may publish: single ports and `a-b` ranges
    * (docs/operations.md, "Ports"). The API's own port is never allowed.
    */
@@ -237,6 +244,7 @@ export const DEFAULTS: Config = {
     listen: '127.0.0.1',
     portOffset: 0,
     threads: 0,
+    cpuWeight: 400,
     allowedPorts: ['80', '443', '1024-65535'],
     wake: { timeoutMs: 10_000, maxHeldPerGroup: 1000 },
   },

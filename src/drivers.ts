@@ -58,6 +58,7 @@ const DATA_PLANES: Record<string, Build<(o: GatewayOptions) => DataPlane>> = {
       ...o,
       dataDir: s.config.dataDir,
       threads: gatewayThreads(s.config.gateway.threads, availableParallelism()),
+      cpuWeight: s.config.gateway.cpuWeight,
     }),
   memory: (s) => (o) => new MemoryDataPlane(o, () => s.clock.now()),
 };

@@ -21,6 +21,8 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
   statsIntervalMs?: number;
   /** HAProxy worker threads (`nbthread`); default: HAProxy's, one per CPU */
   threads?: number;
+  /** CPU weight of HAProxy's cgroup, cgroup v2's scale (0 = none: it stays where the daemon runs) */
+  cpuWeight?: number;
   /** least time between two reloads (default 250 ms) */
   minReloadGapMs?: number;
   /** picks the port for a public port mapped to 0 (default: one the OS reports free) */
@@ -85,7 +87,7 @@ export class HaproxyDataPlane implements DataPlane {
     this.f = planeFiles(path.join(o.dataDir, 'haproxy'));
     this.limits = { ...DEFAULT_LIMITS, ...o.limits };
     this.certs = new PlaneCerts(o.tls);
-    this.proc = new HaproxyProcess(this.f, o.log);
+    this.proc = new HaproxyProcess(this.f, o.log, o.cpuWeight);
     // a short pause so that a HAProxy that cannot start does not spin
     this.proc.onExit = () => setTimeout(() => this.resync('haproxy exited'), 500).unref();
     this.stats = new StatCounters({ onActivity: o.onActivity, onIdle: o.onIdle });

@@ -1,10 +1,13 @@
 /**
- * The HAProxy process's pid file: a stale one (its number now another
- * process's) must not get that process killed or adopted.
+ * The HAProxy process: a stale pid file (its number now another process's)
+ * must not get that process killed or adopted, a stray HAProxy of the data
+ * dir is ended, and with a CPU weight every HAProxy process runs in the
+ * gateway's cgroup.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -97,3 +100,44 @@ async function waitFor(check: () => Promise<boolean>, what: string): Promise<voi
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+/** The cpu cgroup `pid` is in (`/unihost-gateway`), from /proc: v1's `cpu` line or v2's unified one. */
+async function cpuCgroup(pid: number): Promise<string | undefined> {
+  const lines = (await readFile(`/proc/${pid}/cgroup`, 'utf8')).trim().split('\n');
+  const v1 = lines.find((l) => l.split(':')[1]?.split(',').includes('cpu'));
+  return (v1 ?? lines.find((l) => l.startsWith('0::')))?.split(':')[2];
+}
+
+test('with a CPU weight, HAProxy (master and every worker, after reloads too) runs in the gateway cgroup with that weight', async (t) => {
+  const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers');
+  const ctrl = v2 ? '/sys/fs/cgroup' : '/sys/fs/cgroup/cpu';
+  if (process.getuid?.() !== 0 || !existsSync(path.join(ctrl, 'cgroup.procs')))
+    return t.skip('needs root and a cgroup cpu controller');
+  const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-cg-'));
+  const a = await backendPair('http', 'A');
+  const table = new BackendTable();
+  await table.set('gA', a);
+  const config = path.join(dir, 'haproxy', 'haproxy.cfg');
+  try {
+    const plane = await testPlane(dir, table, { cpuWeight: 400, minReloadGapMs: 0 });
+    try {
+      const name = `app-aaaa1111.${METRO}`;
+      for (const port of [80, 8080]) {
+        // each new port is a reload: a new worker, forked by the master
+        for (const r of await plane.setRoutes([route('gA', port, a[0].port, ['http'], [name])]))
+          assert.equal(r.error, undefined);
+        const procs = await strayHaproxies(config);
+        assert.ok(procs.length >= 2, 'a master and a worker');
+        for (const pid of procs)
+          assert.equal(await cpuCgroup(pid), '/unihost-gateway', `haproxy ${pid} after port ${port}`);
+      }
+      const weight = v2 ? ['cpu.weight', '400'] : ['cpu.shares', '4096'];
+      assert.equal((await readFile(path.join(ctrl, 'unihost-gateway', weight[0]!), 'utf8')).trim(), weight[1]);
+    } finally {
+      await plane.close();
+    }
+  } finally {
+    for (const x of a) await x.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});

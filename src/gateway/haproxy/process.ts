@@ -5,6 +5,7 @@ import { promisify } from 'node:util';
 import type { Logger } from 'pino';
 import type { PlaneFiles } from './config.js';
 import { RuntimeApi } from './runtime.js';
+import { cpuWeightGroup, joinCgroup } from '../../machines/cgroups.js';
 
 const run = promisify(execFile);
 export const HAPROXY_BIN = process.env.UNIHOST_HAPROXY ?? '/usr/sbin/haproxy';
@@ -70,10 +71,20 @@ export class HaproxyProcess {
   private errTail = '';
   private errWritten = 0;
   onExit: (() => void) | null = null;
+  /** `cgroup.procs` of the gateway's CPU group, once made; a refusal is said once */
+  private cpuGroup = '';
+  private saidNoCpuGroup = false;
 
+  /**
+   * `cpuWeight`: HAProxy's processes go into the cgroup `unihost-gateway`
+   * with this CPU weight (cgroup v2's scale; 100 = a plain process's share),
+   * beside the VMs' `unihost/`: when tenant VMs keep the cores busy, the
+   * gateway that serves every tenant still gets its share (docs/gateway.md).
+   */
   constructor(
     private readonly f: PlaneFiles,
     private readonly log: Logger,
+    private readonly cpuWeight = 0,
   ) {
     this.admin = new RuntimeApi(f.admin);
     this.master = new RuntimeApi(f.master);
@@ -105,6 +116,7 @@ export class HaproxyProcess {
     if (answers && (await strayHaproxies(this.f.config, pid)).length === 0) {
       this.masterPid = pid;
       this.log.info({ pid }, 'gateway: adopted the running haproxy');
+      this.confine(pid);
       await this.reload();
       return 'adopted';
     }
@@ -125,6 +137,8 @@ export class HaproxyProcess {
     });
     this.child = child;
     this.masterPid = child.pid ?? 0;
+    // before it forks its worker (it reads its configuration first), which then inherits the cgroup
+    this.confine(this.masterPid);
     const from = this.errWritten;
     child.stderr?.on('data', (d: Buffer) => {
       const out = d.toString();
@@ -146,6 +160,8 @@ export class HaproxyProcess {
     (child.stderr as { unref?: () => void } | null)?.unref?.();
     try {
       await this.waitWorker(0, () => this.stderrSince(from));
+      // a worker forked before the master was moved (it is not moved with it)
+      this.confine(await this.workerPid());
     } catch (e) {
       this.stopping = true; // its exit is ours, not a crash to supervise
       killGroup(this.masterPid);
@@ -163,6 +179,22 @@ export class HaproxyProcess {
       } catch {
         /* gone meanwhile */
       }
+    }
+  }
+
+  /** Moves `pid` into the gateway's CPU group (when a weight is set); a host that refuses is said once. */
+  private confine(pid: number): void {
+    if (this.cpuWeight <= 0 || pid <= 0) return;
+    try {
+      this.cpuGroup ||= cpuWeightGroup('unihost-gateway', this.cpuWeight);
+      joinCgroup(this.cpuGroup, pid);
+    } catch (e) {
+      if (this.saidNoCpuGroup) return;
+      this.saidNoCpuGroup = true;
+      this.log.warn(
+        { err: (e as Error).message },
+        'gateway: no CPU weight for haproxy (cgroup refused); it shares the CPU as a plain process',
+      );
     }
   }
 

@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { CGROUP_ROOT, isCgroupV2 } from '../cgroups.js';
 
 /**
  * Per-VM confinement (docs/security.md): QEMU drops to a uid of its own,
@@ -78,13 +79,7 @@ export function rlimitArgv(memoryMb: number): string[] {
   return ['--core=0:0', '--nofile=256:256', `--as=${as}:${as}`];
 }
 
-/** Where cgroups are mounted: v1 has one directory per controller, v2 one unified tree. */
-const CGROUP_ROOT = '/sys/fs/cgroup';
-
 const saidNoCgroups = new Set<string>();
-
-/** Whether `root` is a cgroup v2 (unified) hierarchy. */
-export const isCgroupV2 = (root = CGROUP_ROOT): boolean => existsSync(join(root, 'cgroup.controllers'));
 
 /**
  * Creates the VM's cgroups and returns their directories, which the VM
