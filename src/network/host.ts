@@ -116,7 +116,8 @@ export class HostNetwork implements NetworkDriver {
     this.checkPrefix(spec.tap);
     return this.serial(async () => {
       const old = this.taps.get(spec.tap);
-      if (old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId) return;
+      const sameGuest = old?.guest?.ip === spec.guest?.ip && old?.guest?.mac === spec.guest?.mac;
+      if (old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId && sameGuest) return;
       this.taps.set(spec.tap, spec);
       // The rules name taps, not devices: both commands run at once (the boot path of a new instance).
       const results = await Promise.allSettled([

@@ -9,6 +9,8 @@
  *    IPv6, no other ethertypes) and, for frames bridged tap -> tap, a verdict
  *    map from the input tap to its user's chain, which accepts only output
  *    taps of the same user. Unknown taps on the bridge are dropped.
+ *    Clones of a template get their guest's addresses translated on their
+ *    tap first (`translation`).
  *  - `inet <table>`: layer 3 for traffic that reaches the host through the
  *    bridge. Guests may open connections to the gateway only on the DNS
  *    ports (plus ICMP echo); replies to connections the host opened are
@@ -24,6 +26,14 @@ export interface TapSpec {
   ip: string;
   /** the guest NIC's MAC address (as passed to QEMU) */
   mac: string;
+  /**
+   * The address and MAC the guest itself has, when they are not `ip` and
+   * `mac`: a clone restored from a template's memory keeps the template's.
+   * Frames are translated on the tap (guest -> `ip`/`mac` on the way in,
+   * back on the way out), so the rest of the network, the rules below
+   * included, sees only the instance's own address.
+   */
+  guest?: { ip: string; mac: string };
 }
 
 export interface RulesOptions {
@@ -49,8 +59,44 @@ const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
 export function checkTapSpec(t: TapSpec): void {
   if (!IFNAME.test(t.tap)) throw new Error(`bad tap name '${t.tap}'`);
   if (!MAC.test(t.mac)) throw new Error(`bad MAC '${t.mac}' for tap ${t.tap}`);
-  const m = IPV4.exec(t.ip);
-  if (!m || m.slice(1).some((o) => Number(o) > 255)) throw new Error(`bad IPv4 '${t.ip}' for tap ${t.tap}`);
+  for (const [ip, mac] of [[t.ip, t.mac], ...(t.guest ? [[t.guest.ip, t.guest.mac]] : [])] as [string, string][]) {
+    if (!MAC.test(mac)) throw new Error(`bad MAC '${mac}' for tap ${t.tap}`);
+    const m = IPV4.exec(ip);
+    if (!m || m.slice(1).some((o) => Number(o) > 255)) throw new Error(`bad IPv4 '${ip}' for tap ${t.tap}`);
+  }
+}
+
+/**
+ * Address translation of taps whose guest has another address than its
+ * instance (`TapSpec.guest`): before the anti-spoofing (priority -300) the
+ * guest's source MAC and IPv4 (Ethernet, ARP and IP headers) become the
+ * instance's; after every other rule (postrouting, 300) the instance's
+ * destination addresses become the guest's again. nftables fixes the IPv4
+ * and TCP/UDP checksums. Empty when no tap needs it.
+ */
+function translation(taps: TapSpec[]): string[] {
+  const clones = taps.filter((t) => t.guest && (t.guest.ip !== t.ip || t.guest.mac !== t.mac));
+  if (clones.length === 0) return [];
+  const L: string[] = [`  chain translate_in {`, `    type filter hook prerouting priority -300; policy accept;`];
+  for (const t of clones) {
+    const g = t.guest!;
+    const i = `iifname ${q(t.tap)}`;
+    L.push(`    ${i} ether saddr ${g.mac} ether saddr set ${t.mac}`);
+    L.push(`    ${i} ether type arp arp saddr ether ${g.mac} arp saddr ether set ${t.mac}`);
+    L.push(`    ${i} ether type arp arp saddr ip ${g.ip} arp saddr ip set ${t.ip}`);
+    L.push(`    ${i} ether type ip ip saddr ${g.ip} ip saddr set ${t.ip}`);
+  }
+  L.push(`  }`, `  chain translate_out {`, `    type filter hook postrouting priority 300; policy accept;`);
+  for (const t of clones) {
+    const g = t.guest!;
+    const o = `oifname ${q(t.tap)}`;
+    L.push(`    ${o} ether daddr ${t.mac} ether daddr set ${g.mac}`);
+    L.push(`    ${o} ether type arp arp daddr ether ${t.mac} arp daddr ether set ${g.mac}`);
+    L.push(`    ${o} ether type arp arp daddr ip ${t.ip} arp daddr ip set ${g.ip}`);
+    L.push(`    ${o} ether type ip ip daddr ${t.ip} ip daddr set ${g.ip}`);
+  }
+  L.push(`  }`);
+  return L;
 }
 
 const q = (s: string): string => `"${s}"`;
@@ -92,6 +138,7 @@ function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
   users.forEach((u, i) => {
     L.push(`  chain u${i} {`, `    oifname ${set(u.map((t) => q(t.tap)))} accept`, `    drop`, `  }`);
   });
+  L.push(...translation(taps));
   L.push(`}`);
   if (taps.length) {
     const els = (f: (t: TapSpec) => string): string => set(taps.map(f));
