@@ -3,7 +3,7 @@ import type { Counters } from './gateway/types.js';
 import type { InstanceState, Store } from './store/types.js';
 import { NO_FIGURES, type LiveFigures } from './figures.js';
 
-const STATES: InstanceState[] = ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby'];
+const STATES: InstanceState[] = ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby', 'template'];
 
 /**
  * The daemon's Prometheus metrics (`GET /metrics`). One registry per daemon,

@@ -72,6 +72,13 @@ export class UnihostClient {
         body: refs.map((r) => ({ ...r, ...p })),
       }),
     delete: (refs: T.Ref[]) => this.send<T.InstanceDeleted>('DELETE', '/v1/instances', 'instances', { body: refs }),
+    /** makes instances templates (docs/snapshots.md); with `timeoutS`, waits until they are */
+    makeTemplates: (refs: T.Ref[], timeoutS?: number) =>
+      this.send<T.StopResult>('POST', '/v1/instances/templates', 'instances', {
+        body: refs.map((r) => ({ ...r, ...(timeoutS !== undefined ? { timeout_s: timeoutS } : {}) })),
+        replyTimeoutMs: (timeoutS ?? 0) * 1000 + 300_000,
+      }),
+    templates: () => this.send<T.Instance>('GET', '/v1/instances/templates', 'instances'),
     wait: (refs: T.Ref[], state: T.InstanceState, timeoutMs: number, o: Opts = {}) =>
       this.send<T.WaitResult>('GET', '/v1/instances/wait', 'instances', {
         query: { ...UnihostClient.targets(refs), state, timeout_ms: timeoutMs },

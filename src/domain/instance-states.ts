@@ -15,7 +15,8 @@ export type InstanceTrigger =
   | 'exited' // VM ended (any cause), or a stop completed with no VM to end
   | 'slept' // the VM of an idle scale-to-zero master ended: it waits in standby for traffic
   | 'idle' // scale-to-zero: no traffic for one cooldown
-  | 'wake'; // request for a standby instance
+  | 'wake' // request for a standby instance
+  | 'templated'; // its memory went to a template's snapshot (or it had one, in standby): it is a template now
 
 export const INSTANCE_TRANSITIONS: ReadonlyArray<readonly [InstanceState, InstanceTrigger, InstanceState]> = [
   ['stopped', 'start', 'starting'],
@@ -39,6 +40,8 @@ export const INSTANCE_TRANSITIONS: ReadonlyArray<readonly [InstanceState, Instan
   ['stopping', 'slept', 'standby'],
   ['standby', 'stop', 'stopped'],
   ['standby', 'stop-force', 'stopped'],
+  ['stopping', 'templated', 'template'],
+  ['standby', 'templated', 'template'],
 ];
 
 const TABLE = new Map<string, InstanceState>(INSTANCE_TRANSITIONS.map(([f, t, to]) => [`${f}:${t}`, to]));
@@ -86,8 +89,8 @@ export async function fire(
 export const endedForGood = (i: Pick<InstanceRec, 'state' | 'restart_next_at'>): boolean =>
   i.state === 'stopped' && i.restart_next_at === null;
 
-/** States that count as live for quotas (the API spec: "not in the stopped state"). */
-export const isLive = (s: InstanceState): boolean => s !== 'stopped';
+/** States that count as live for quotas (the API spec: "not in the stopped state"; a template never runs). */
+export const isLive = (s: InstanceState): boolean => s !== 'stopped' && s !== 'template';
 
 /** States in which stop_reason, exit_code and stop_code may be read. */
 export const STOP_INFO_STATES: ReadonlySet<InstanceState> = new Set(['draining', 'stopping', 'stopped', 'standby']);

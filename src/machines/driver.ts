@@ -97,9 +97,11 @@ export interface MachineDriver {
   /** Asks the guest to shut down (repeats the request until the guest reacts). */
   stop(id: string): Promise<void>;
   /**
-   * Pauses the VM, writes its memory and device state to `path` (whole or
-   * not at all) and ends the VM; its exit is reported as usual. Rejects,
-   * with the VM running on, when no snapshot could be written.
+   * Pauses the VM and writes its memory and device state to `path` (whole
+   * or not at all); the VM stays paused (its disks flushed) until the caller,
+   * having recorded the snapshot, ends it with `kill`: an exit seen before
+   * the record would be taken for a stop without one. Rejects, with the VM
+   * running on, when no snapshot could be written.
    */
   snapshot?(id: string, path: string): Promise<{ bytes: number }>;
   /** What a snapshot is bound to besides the spec (the VMM's build and accelerator): restored only into the same. */

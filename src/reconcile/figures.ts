@@ -1,4 +1,5 @@
 import type { Controller, ControllerDeps } from './deps.js';
+import { isLive } from '../domain/instance-states.js';
 import {
   PUBLISH_MS,
   type Decisions,
@@ -96,7 +97,7 @@ export class FiguresPublisher implements Controller {
     try {
       const live = await this.s.store.read(async (tx) =>
         (await tx.instances.all()).filter(
-          (i) => i.state !== 'stopped' && i.state !== 'standby' && (!this.s.hostId || i.host_id === this.s.hostId),
+          (i) => isLive(i.state) && i.state !== 'standby' && (!this.s.hostId || i.host_id === this.s.hostId),
         ),
       );
       const data: PublishedFigures = { instances: {} };

@@ -73,7 +73,12 @@ export async function recordExitInTx(
   };
   if (restart) patch.restart_attempt = cur.restart_attempt + 1;
   const effects = { ...patch, stop_request: null };
-  const ended = (standby && (await fire(tx, cur, 'slept', effects))) || (await fire(tx, cur, 'exited', effects));
+  // becoming a template: its memory is in the snapshot (without one, a plain stop: the notice said so)
+  const templated = req?.snapshot === 'template' && cur.snapshot !== null && !restart && !startAgain;
+  const ended =
+    (templated && (await fire(tx, cur, 'templated', effects))) ||
+    (standby && (await fire(tx, cur, 'slept', effects))) ||
+    (await fire(tx, cur, 'exited', effects));
   // An end the state table has no row for (the record already says the VM is down): keep what was observed.
   if (!ended) await tx.instances.updateStatus(cur.id, { runtime: {} });
   return { info, restart, delay };

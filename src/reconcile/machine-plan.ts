@@ -2,7 +2,8 @@ import { buildCmdline } from '../domain/cmdline.js';
 import { imageBootFiles } from '../images/boot-files.js';
 import type { Contract, MachineRuntime, MachineSpec, Shutdown } from '../machines/driver.js';
 import type { ControllerDeps } from './deps.js';
-import type { InstanceRec, Tx } from '../store/types.js';
+import type { GuestAddress, InstanceRec, Tx } from '../store/types.js';
+import { macFor } from '../network/address.js';
 import type { NetworkHooks } from './network.js';
 import type { VolumeDriver } from '../volumes/driver.js';
 
@@ -12,6 +13,8 @@ export interface BootPlan {
   netUs: number | null;
   shutdown: Shutdown;
   readyPorts: number[];
+  /** a restore whose guest has another address than the instance (a clone of a template): translated on its tap */
+  guest?: GuestAddress;
 }
 
 /** The driver's runtime facts plus what the controller keeps beside them in `runtime`. */
@@ -27,27 +30,55 @@ export interface RuntimeRec extends MachineRuntime {
   machine?: string;
   /** this boot restores a memory snapshot (machine-snapshots.ts) */
   restored?: boolean;
+  /** the guest's own address and MAC when they are not the instance's (restored from a template): the tap translates */
+  guest?: GuestAddress;
+}
+
+/** The address and MAC an instance's NIC has, or undefined without a private address. */
+export function ownAddress(inst: InstanceRec): GuestAddress | undefined {
+  if (!inst.private_ip || !inst.nic_id) return undefined;
+  return { ip: inst.private_ip, mac: inst.mac ?? macFor(inst.nic_id) };
+}
+
+/** `guest` when it differs from the instance's own address (a clone's memory), else undefined. */
+export function foreignGuest(inst: InstanceRec, guest: GuestAddress | undefined): GuestAddress | undefined {
+  const own = ownAddress(inst);
+  return guest && own && (guest.ip !== own.ip || guest.mac !== own.mac) ? guest : undefined;
 }
 
 /**
- * Plans the boot of `inst`: the image's boot files, its NIC (the network
- * attaches the tap, timed from `t0` with `now`), its volumes' images as
- * disks and mounts, the kernel command line, and the ports that mean ready.
+ * Plans the boot of `inst`: the image's boot files, the memory snapshot it
+ * restores instead of booting (`restore`: its file, or null), its NIC (the
+ * network attaches the tap, timed from `t0` with `now`; a restored guest
+ * with another address than the instance keeps it, translated on the tap),
+ * its volumes' images as disks and mounts, the kernel command line, and
+ * the ports that mean ready.
  */
 export async function bootPlan(
   s: ControllerDeps,
-  { network, volumes: images }: { network?: NetworkHooks; volumes: VolumeDriver },
+  {
+    network,
+    volumes: images,
+    restore,
+  }: {
+    network?: NetworkHooks;
+    volumes: VolumeDriver;
+    restore?: (inst: InstanceRec, dir: string, machine: string) => Promise<string | null>;
+  },
   inst: InstanceRec,
   t0: number,
   now: () => number,
 ): Promise<BootPlan> {
   const img = await imageBootFiles(s.paths, inst.image);
-  const nic = network ? await network.attach(inst) : undefined;
+  const dir = s.paths.instance(inst.id);
+  const from = (await restore?.(inst, dir, img.machine)) ?? null;
+  const guest = from ? foreignGuest(inst, inst.snapshot?.guest) : undefined;
+  const nic = network ? await network.attach(inst, guest) : undefined;
   const netUs = nic ? Math.max(0, Math.round((now() - t0) * 1000)) : null;
   const volumes = await s.store.read((tx) => tx.volumes.forInstance(inst.id));
   const spec: MachineSpec = {
     id: inst.id,
-    dir: s.paths.instance(inst.id),
+    dir,
     kernel: img.kernel,
     initrd: img.initrd,
     cmdline: buildCmdline({
@@ -64,9 +95,10 @@ export async function bootPlan(
     contract: img.contract,
     disks: volumes.map((v, i) => ({ path: images.path(v.id), tag: `vol${i}`, readonly: v.readonly })),
     ...(nic ? { nic: { tap: nic.tap, mac: nic.mac } } : {}),
+    ...(from ? { restore: from } : {}),
   };
   const readyPorts = nic ? await readyPortsOf(s, inst, img.ports) : [];
-  return { spec, netUs, shutdown: img.shutdown, readyPorts };
+  return { spec, netUs, shutdown: img.shutdown, readyPorts, ...(guest ? { guest } : {}) };
 }
 
 /**
@@ -105,6 +137,7 @@ export async function recordBootInTx(
       readyPorts: plan.readyPorts,
       machine: plan.spec.machine,
       ...(plan.spec.restore ? { restored: true } : {}),
+      ...(plan.guest ? { guest: plan.guest } : {}),
     } satisfies RuntimeRec,
     start_count: inst.start_count + 1,
     started_at: new Date(rt.spawnedAt).toISOString(),

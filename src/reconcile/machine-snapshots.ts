@@ -1,10 +1,10 @@
 import { existsSync, rmSync, statfsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { MachineDriver, MachineSpec } from '../machines/driver.js';
+import type { MachineDriver } from '../machines/driver.js';
 import type { InstanceRec, SnapshotRec, StatusPatch } from '../store/types.js';
 import { effectiveQuotas } from '../domain/quotas.js';
 import type { ControllerDeps } from './deps.js';
-import type { RuntimeRec } from './machine-plan.js';
+import { ownAddress, type RuntimeRec } from './machine-plan.js';
 
 const MiB = 1024 * 1024;
 /** Disk a snapshot must leave free on the data dir's file system. */
@@ -40,9 +40,12 @@ export class Snapshots {
    */
   async take(inst: InstanceRec, rt: Partial<RuntimeRec>): Promise<boolean> {
     const reason = inst.stop_request?.snapshot ?? 'standby';
+    // what the instance becomes without one: a template must have it, a standby or suspend boots afresh later
+    const after =
+      reason === 'template' ? 'the instance did not become a template; it is stopped' : 'the instance will boot afresh';
     const problem = await this.cannotTake(inst);
     if (problem) {
-      await this.fellBack(inst, `no memory snapshot: ${problem}; the instance will boot afresh`);
+      await this.fellBack(inst, `no memory snapshot: ${problem}; ${after}`);
       return false;
     }
     const path = snapshotFile(this.s.paths.instance(inst.id));
@@ -51,7 +54,7 @@ export class Snapshots {
     try {
       ({ bytes } = await this.driver.snapshot!(inst.id, path));
     } catch (e) {
-      await this.fellBack(inst, `the memory snapshot failed (${(e as Error).message}); the instance will boot afresh`);
+      await this.fellBack(inst, `the memory snapshot failed (${(e as Error).message}); ${after}`);
       return false;
     }
     const now = this.s.clock.now();
@@ -64,11 +67,16 @@ export class Snapshots {
       machine: rt.machine ?? 'unknown',
       vmm: this.driver.snapshotVersion ?? 'unknown',
     };
+    // the address in the guest's memory: the instance's own, or the template's it was cloned from
+    const guest = rt.guest ?? ownAddress(inst);
+    if (guest) rec.guest = guest;
     await this.s.store.tx(async (tx) => {
       if (!(await tx.instances.getAny(inst.id))) return;
       await tx.instances.updateStatus(inst.id, { snapshot: rec, runtime: { ...rt, stopSentAt: now } });
     });
     this.log.info({ id: inst.id, bytes, ms: now - t0, reason }, 'memory snapshot taken; the VM ends');
+    // only now: the VM's exit must find the snapshot recorded (else it is taken for a plain stop)
+    await this.driver.kill(inst.id);
     return true;
   }
 
@@ -111,32 +119,30 @@ export class Snapshots {
   }
 
   /**
-   * The snapshot a boot of `inst` restores from (set on `spec.restore`), or
-   * none: a snapshot that no longer fits the instance (image, memory,
-   * machine, VMM build) or whose file is gone is dropped with a note, and
-   * the instance boots afresh.
+   * The file a boot of `inst` (into `dir`, on machine type `machine`)
+   * restores from, or null: a snapshot that no longer fits the instance
+   * (image, memory, machine, VMM build) or whose file is gone is dropped
+   * with a note, and the instance boots afresh. A clone's first start reads
+   * its template's file, which stays.
    */
-  async planRestore(inst: InstanceRec, spec: MachineSpec): Promise<boolean> {
+  async planRestore(inst: InstanceRec, dir: string, machine: string): Promise<string | null> {
     const snap = inst.snapshot;
-    if (!snap) return false;
-    const path = snapshotFile(spec.dir);
+    if (!snap) return null;
+    const path = snapshotFile(snap.source ? this.s.paths.instance(snap.source) : dir);
     const mismatch = !existsSync(path)
       ? 'its file is missing'
       : snap.image !== inst.image
         ? `it was taken of image ${snap.image}, the instance now has ${inst.image}`
         : snap.memory_mb !== inst.memory_mb
           ? `it was taken with ${snap.memory_mb} MB of memory, the instance now has ${inst.memory_mb} MB`
-          : snap.machine !== spec.machine
-            ? `it was taken on machine type ${snap.machine}, the image now boots on ${spec.machine}`
+          : snap.machine !== machine
+            ? `it was taken on machine type ${snap.machine}, the image now boots on ${machine}`
             : snap.vmm !== this.driver.snapshotVersion
               ? `it was taken by ${snap.vmm}, this host runs ${this.driver.snapshotVersion ?? 'a driver without snapshots'}`
               : null;
-    if (!mismatch) {
-      spec.restore = path;
-      return true;
-    }
+    if (!mismatch) return path;
     await this.drop(inst, `the memory snapshot cannot be restored (${mismatch}); booting afresh`);
-    return false;
+    return null;
   }
 
   /**

@@ -159,7 +159,9 @@ export class MachineController implements Controller {
           contract: rt.contract ?? 'unihost',
           // a VM being restored from a snapshot (still starting): resumed and marked ready once loaded.
           // Not one paused later for a snapshot of its own (stopping): that one must stay paused.
-          ...(rt.restored && inst.state === 'starting' ? { restore: snapshotFile(dir) } : {}),
+          ...(rt.restored && inst.state === 'starting'
+            ? { restore: snapshotFile(inst.snapshot?.source ? this.s.paths.instance(inst.snapshot.source) : dir) }
+            : {}),
         } as MachineSpec;
         const alive = await this.driver.adopt(spec, rt as RuntimeRec);
         if (alive) this.vmVolumes.track(inst.id, await this.volumeIds(inst.id));
@@ -172,7 +174,7 @@ export class MachineController implements Controller {
         // A stop with no VM (it never booted, or the daemon died around the kill): the stop is
         // complete, unless a start came meanwhile (acknowledged: it must not be lost).
         await this.s.store.tx((tx) => stopWithoutVmInTx(tx, inst.id, this.now()));
-      } else if (inst.state !== 'stopped' && inst.state !== 'standby' && inst.state !== 'starting') {
+      } else if (!['stopped', 'standby', 'starting', 'template'].includes(inst.state)) {
         this.note(inst.id, 'the VM was not running when the daemon started');
         await this.s.store.tx((tx) => settleVanishedInTx(tx, inst.id, this.now()));
       }
@@ -339,8 +341,8 @@ export class MachineController implements Controller {
           throw new Error(`volume '${v.name}': ${problem}`);
         }
       }
-      plan = await bootPlan(this.s, this.o, inst, t0, () => this.now());
-      await this.snapshots.planRestore(inst, plan.spec);
+      const restore = (i: InstanceRec, dir: string, machine: string) => this.snapshots.planRestore(i, dir, machine);
+      plan = await bootPlan(this.s, { ...this.o, restore }, inst, t0, () => this.now());
       this.vmVolumes.track(
         inst.id,
         volumes.map((v) => v.id),

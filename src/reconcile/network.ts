@@ -5,12 +5,16 @@ import { NameTable } from './dns-names.js';
 import { follow, RetryingQueue } from './engine.js';
 import type { NetworkDriver, TapSpec } from '../network/driver.js';
 import { tapName } from '../network/host.js';
-import type { InstanceRec } from '../store/types.js';
+import type { GuestAddress, InstanceRec } from '../store/types.js';
 
 /** What the machine controller needs from the network to boot a VM. */
 export interface NetworkHooks {
-  /** Creates (idempotently) the instance's tap; returns the NIC and the `netdev.ip` value. */
-  attach(inst: InstanceRec): Promise<{ tap: string; mac: string; netdevIp: string }>;
+  /**
+   * Creates (idempotently) the instance's tap; returns the NIC (its MAC: the
+   * guest's) and the `netdev.ip` value. `guest`: the address a restored guest
+   * keeps (a clone of a template), translated to the instance's on the tap.
+   */
+  attach(inst: InstanceRec, guest?: GuestAddress): Promise<{ tap: string; mac: string; netdevIp: string }>;
   /** Removes the instance's tap once its VM is gone. */
   detach(instanceId: string): Promise<void>;
 }
@@ -46,9 +50,16 @@ export class NetworkController implements Controller, NetworkHooks {
     else this.names.set(key, await this.s.store.read((tx) => tx.instances.getAny(key)));
   }
 
-  private spec(inst: InstanceRec): TapSpec {
+  /** The instance's tap; `guest` (a VM restored from a template's memory) is translated to the instance's address. */
+  private spec(inst: InstanceRec, guest: GuestAddress | undefined): TapSpec {
     if (!inst.private_ip || !inst.nic_id) throw new Error(`instance ${inst.name} has no private address`);
-    return { tap: tapName(inst.id), userId: inst.user_id, ip: inst.private_ip, mac: inst.mac ?? macFor(inst.nic_id) };
+    const own = {
+      tap: tapName(inst.id),
+      userId: inst.user_id,
+      ip: inst.private_ip,
+      mac: inst.mac ?? macFor(inst.nic_id),
+    };
+    return guest ? { ...own, guest } : own;
   }
 
   async start(): Promise<void> {
@@ -56,7 +67,10 @@ export class NetworkController implements Controller, NetworkHooks {
     const all = await this.s.store.read((tx) => tx.instances.all());
     // Every instance keeps its tap from its first boot until it is deleted (docs/network.md): taps of
     // VMs an earlier daemon started stay (QEMU holds them open), and a restart or wake needs no command.
-    const expected = all.filter((i) => i.private_ip && i.nic_id).map((i) => this.spec(i));
+    // a running clone of a template keeps its translation (its guest's address is in its runtime record)
+    const expected = all
+      .filter((i) => i.private_ip && i.nic_id)
+      .map((i) => this.spec(i, (i.runtime as { guest?: GuestAddress }).guest)); // RuntimeRec.guest
     const r = await this.host.sync(expected);
     if (r.removed.length > 0) this.log.info({ removed: r.removed }, 'removed stray taps');
     if (this.s.config.network.dns && this.host.dnsHost) {
@@ -89,10 +103,10 @@ export class NetworkController implements Controller, NetworkHooks {
     return Promise.resolve(this.names.lookup(clientIp, name));
   }
 
-  async attach(inst: InstanceRec): Promise<{ tap: string; mac: string; netdevIp: string }> {
-    const spec = this.spec(inst);
+  async attach(inst: InstanceRec, guest?: GuestAddress): Promise<{ tap: string; mac: string; netdevIp: string }> {
+    const spec = this.spec(inst, guest);
     await this.host.ensureTap(spec);
-    return { tap: spec.tap, mac: spec.mac, netdevIp: this.host.netdevIp(spec.ip) };
+    return { tap: spec.tap, mac: spec.guest?.mac ?? spec.mac, netdevIp: this.host.netdevIp(spec.ip) };
   }
 
   async detach(instanceId: string): Promise<void> {

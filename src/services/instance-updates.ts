@@ -14,6 +14,7 @@ import { err } from '../errors.js';
 import type { InstanceRec, SpecPatch, Tx, UserRec } from '../store/types.js';
 import { scaleToZeroOf, splitArgs, type InstanceDeps, type ScaleToZeroIn } from './instances-create.js';
 import { findInstance } from './lookup.js';
+import { checkTemplateUpdate } from './instance-templates.js';
 import { effectiveQuotas } from './users.js';
 
 /** Properties that change what boots: only while the instance is stopped (they apply at its next start). */
@@ -41,15 +42,17 @@ export async function updateInstance(
   user: UserRec,
   t: Target,
   u: UpdateIn,
+  find: (tx: Tx, user: UserRec, t: Target) => Promise<InstanceRec> = findInstance,
 ): Promise<Record<string, unknown>> {
   return deps.store.tx(async (tx) => {
-    const inst = await findInstance(tx, user, t);
+    const inst = await find(tx, user, t);
     const said = await applyUpdate(deps, tx, user, inst, u);
     return { uuid: inst.id, name: inst.name, ...(u.id !== undefined ? { id: u.id } : {}), message: said };
   });
 }
 
 async function applyUpdate(deps: InstanceDeps, tx: Tx, user: UserRec, inst: InstanceRec, u: UpdateIn): Promise<string> {
+  if (inst.state === 'template') checkTemplateUpdate(inst, u);
   if (u.prop in UNSUPPORTED) unsupported(u.prop, UNSUPPORTED[u.prop]!);
   if (NEEDS_STOP.has(u.prop) && inst.state !== 'stopped')
     throw err(

@@ -15,6 +15,8 @@ import type { VolumeService } from './volumes.js';
 import { ADMISSION, assertHostCapacity, placeInTx } from './capacity.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { checkMountPath } from '../domain/mount-path.js';
+import { refTarget } from '../domain/refs.js';
+import { findTemplate } from './instance-templates.js';
 
 export interface VolumeSpec {
   uuid?: string;
@@ -26,7 +28,9 @@ export interface VolumeSpec {
 
 export interface CreateParams {
   name?: string;
-  image: string;
+  /** the image to boot; or `template`, whose memory the instance starts from */
+  image?: string;
+  template?: TemplateRef;
   args?: string | string[];
   env?: Record<string, string>;
   memory_mb?: number;
@@ -40,6 +44,16 @@ export interface CreateParams {
   /** the official SDK's form of scale-to-zero (docs/autoscale.md) */
   scale_to_zero?: ScaleToZeroIn;
 }
+
+/** The SDK's CreateInstanceRequestTemplate: which template (uuid or name); `prepare` is refused. */
+export interface TemplateRef {
+  uuid?: string;
+  name?: string;
+  prepare?: boolean;
+}
+
+/** What an instance created from a template takes from it: it must not be given as well. */
+const FROM_TEMPLATE = ['args', 'env', 'memory_mb', 'volumes'] as const;
 
 export interface ScaleToZeroIn {
   policy?: 'on' | 'off' | 'idle';
@@ -117,6 +131,25 @@ export function splitArgs(args: string | string[] | undefined): string[] | undef
 
 /** Checks create parameters that need no store; returns normalized values. */
 export function checkCreate(p: CreateParams) {
+  if ((p.image === undefined) === (p.template === undefined))
+    throw err(
+      p.image === undefined ? 'UH_MISSING_ID' : 'UH_NOT_BOTH',
+      "give either 'image' (an image to boot) or 'template' (a template instance to start from), not both",
+    );
+  if (p.template) {
+    refTarget(p.template, "parameter 'template'");
+    if (p.template.prepare)
+      throw err(
+        'UH_INVALID',
+        "parameter 'template.prepare': making a template at create time is not supported; create and start the instance, then make it a template (POST /v1/instances/templates)",
+      );
+    for (const k of FROM_TEMPLATE)
+      if (p[k] !== undefined)
+        throw err(
+          'UH_INVALID',
+          `parameter '${k}': an instance created from a template has the template's (its memory was booted with them)`,
+        );
+  }
   if (p.wait_timeout_ms !== undefined && p.wait_timeout_ms !== 0 && !p.autostart) {
     throw err('UH_INVALID', "parameter 'wait_timeout_ms' is only valid together with 'autostart: true'");
   }
@@ -207,8 +240,9 @@ export async function createInTx(
   const { policy, args, scaleToZero } = checkCreate(p);
   // creates share the address pool and the host's totals: one at a time (not one conflict and retry each)
   await tx.lock(ADMISSION);
-  const image = await deps.images.resolve(tx, user, p.image);
-  const memory = p.memory_mb ?? 128;
+  const tpl = p.template ? await findTemplate(tx, user, refTarget(p.template, "parameter 'template'")) : null;
+  const image = await deps.images.resolve(tx, user, tpl ? tpl.image : p.image!);
+  const memory = tpl ? tpl.memory_mb : (p.memory_mb ?? 128);
   const { limits } = effectiveQuotas(deps.config, user);
   if (memory < limits.min_memory_mb || memory > limits.max_memory_mb) {
     throw err(
@@ -219,7 +253,7 @@ export async function createInTx(
   if (memory < image.minMemoryMb) {
     throw err(
       'UH_MEMORY_TOO_SMALL',
-      `memory_mb ${memory} is too small for image '${p.image}': it needs at least ${image.minMemoryMb}`,
+      `memory_mb ${memory} is too small for image '${p.image ?? tpl?.image_ref}': it needs at least ${image.minMemoryMb}`,
     );
   }
   const count = 1 + (p.replicas ?? 0);
@@ -267,10 +301,10 @@ export async function createInTx(
       name,
       created_at: now,
       image: image.digest,
-      image_ref: p.image,
+      image_ref: tpl ? tpl.image_ref : p.image!,
       memory_mb: memory,
-      args: args ?? [],
-      env: p.env ?? {},
+      args: tpl ? tpl.args : (args ?? []),
+      env: tpl ? tpl.env : (p.env ?? {}),
       features: scaleToZero
         ? [...new Set([...(p.features ?? []), 'scale-to-zero', ...(scaleToZero.stateful ? ['stateful'] : [])])]
         : (p.features ?? []),
@@ -286,6 +320,8 @@ export async function createInTx(
       autoscale_group_id: null,
       host_id: hostId,
       runtime: {},
+      // its first start restores the template's memory (the file stays the template's; counted there)
+      ...(tpl?.snapshot ? { snapshot: { ...tpl.snapshot, bytes: 0, source: tpl.id } } : {}),
     };
     await tx.instances.insert(inst);
     if (group) await deps.groups.onInstanceAttachedInTx(tx, user, group.id);

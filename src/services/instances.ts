@@ -19,6 +19,7 @@ import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
 import { findInstance } from './lookup.js';
 import { updateInstance } from './instance-updates.js';
+import { findTemplate, makeTemplate } from './instance-templates.js';
 import type { UpdateIn } from '../domain/updates.js';
 
 /** How much of an instance's history an answer holds (its newest entries). */
@@ -31,6 +32,15 @@ export interface StopParams {
 }
 
 export { findInstance };
+
+/** A template never runs: start and stop are refused, naming what to do instead. */
+function notTemplate(inst: InstanceRec, what: string): void {
+  if (inst.state === 'template')
+    throw err(
+      'UH_WRONG_STATE',
+      `instance '${inst.name}' is a template and is never ${what}: create instances from it (POST /v1/instances with template)`,
+    );
+}
 
 /** Instance lifecycle: records intent in the store; the machine controller makes it so. */
 export class InstanceService {
@@ -143,6 +153,7 @@ export class InstanceService {
     manual: boolean,
     trigger: 'start' | 'wake' = 'start',
   ): Promise<InstanceRec> {
+    notTemplate(inst, 'started');
     // During a stop (draining/stopping) the stop request stays: it tells the controller who stopped
     // the VM; `desired: running` then makes it boot again once the VM is down.
     if (inst.desired !== 'running') await tx.instances.updateSpec(inst.id, { desired: 'running' });
@@ -188,6 +199,7 @@ export class InstanceService {
   async stop(user: UserRec, t: Target, p: StopParams) {
     return this.store.tx(async (tx) => {
       const inst = await findInstance(tx, user, t);
+      notTemplate(inst, 'stopped');
       const drainMs = p.drain_timeout_ms === undefined ? 0 : this.timeout(p.drain_timeout_ms, 0);
       const trigger: InstanceTrigger = p.force ? 'stop-force' : drainMs > 0 ? 'stop-drain' : 'stop';
       if (inst.desired !== 'stopped') await tx.instances.updateSpec(inst.id, { desired: 'stopped' });
@@ -247,6 +259,53 @@ export class InstanceService {
       );
       return { uuid: inst.id, name: inst.name, state: after?.state ?? inst.state, previous_state: inst.state };
     });
+  }
+
+  /**
+   * POST /v1/instances/templates (docs/snapshots.md): makes the instance a
+   * template; with a timeout, waits until it is one (a running instance is
+   * snapshotted first). An instance that could not be (no snapshot: it
+   * stopped instead) is an error then, with the notice's reason in its events.
+   */
+  async makeTemplate(user: UserRec, t: Target, timeoutMs: number | undefined, signal?: AbortSignal) {
+    const r = await makeTemplate(this.deps, user, t);
+    const timeout = this.timeout(timeoutMs, 0);
+    if (timeout === 0 || r.state === 'template') return r;
+    const lease = this.waits.reserve(user.id, 1);
+    let rec;
+    try {
+      rec = await this.waitUntil(
+        lease,
+        r.uuid,
+        (i) => i.state === 'template' || i.state === 'stopped',
+        timeout,
+        signal,
+      );
+    } finally {
+      lease.release();
+    }
+    if (!rec) throw err('UH_TIMEOUT', `instance '${r.name}' did not become a template within ${timeout} ms`);
+    if (rec.state === undefined) throw err('UH_NOT_FOUND', `instance '${r.name}' was deleted while waiting`);
+    if (rec.state !== 'template')
+      throw err(
+        'UH_WRONG_STATE',
+        `instance '${r.name}' stopped instead of becoming a template: no memory snapshot could be taken (its events and console log say why)`,
+      );
+    return { ...r, state: rec.state };
+  }
+
+  /** GET /v1/instances/templates: a template's status object (or uuid, name and state). */
+  async getTemplate(user: UserRec, t: Target, details = true): Promise<Record<string, unknown>> {
+    return this.store.read(async (tx) => {
+      const i = await findTemplate(tx, user, t);
+      return details ? this.view(tx, user, i) : { uuid: i.id, name: i.name, state: i.state };
+    });
+  }
+
+  /** DELETE /v1/instances/templates: a template only; instances made from it keep running (their memory is theirs). */
+  async deleteTemplate(user: UserRec, t: Target) {
+    const tpl = await this.store.read((tx) => findTemplate(tx, user, t));
+    return this.delete(user, { uuid: tpl.id });
   }
 
   /** DELETE: removes the record at once; the controller force-stops the VM and frees its resources. */
@@ -329,6 +388,11 @@ export class InstanceService {
   }
 
   /** PATCH: one property (src/services/instance-updates.ts). */
+  /** PATCH /v1/instances/templates: tags, annotations, delete_lock of a template. */
+  updateTemplate(user: UserRec, t: Target, u: UpdateIn) {
+    return updateInstance(this.deps, user, t, u, findTemplate);
+  }
+
   update(user: UserRec, t: Target, u: UpdateIn) {
     return updateInstance(this.deps, user, t, u);
   }

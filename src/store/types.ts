@@ -6,7 +6,15 @@
  * checked inside `tx` (which is serializable) or enforced by constraints.
  */
 
-export type InstanceState = 'stopped' | 'starting' | 'running' | 'draining' | 'stopping' | 'standby';
+export type InstanceState =
+  | 'stopped'
+  | 'starting'
+  | 'running'
+  | 'draining'
+  | 'stopping'
+  | 'standby'
+  /** an instance made a template (docs/snapshots.md): its memory snapshot is what new instances start from; it never runs again */
+  | 'template';
 export type VolumeState =
   | 'uninitialized'
   | 'initializing'
@@ -98,8 +106,11 @@ export interface StopRequest {
   by: 'user' | 'platform';
   /** scale-to-zero: once the VM is down the instance is `standby` (woken by traffic), not `stopped` */
   standby?: boolean;
-  /** stateful standby or suspend: the VM's memory is kept in a snapshot (falls back to a plain stop when it cannot be) */
-  snapshot?: 'standby' | 'suspend';
+  /**
+   * stateful standby, suspend, or becoming a template: the VM's memory is kept in a snapshot (standby and
+   * suspend fall back to a plain stop when it cannot be; a template to `stopped`, said in a notice)
+   */
+  snapshot?: SnapshotReason;
   /** the host gave up on a boot that did not signal ready in time: no start follows the stop */
   gave_up?: boolean;
 }
@@ -185,13 +196,31 @@ export interface SnapshotRec {
   /** bytes on disk */
   bytes: number;
   created_at: string;
-  /** why it was taken: an idle scale-to-zero master, or PUT suspend */
-  reason: 'standby' | 'suspend';
+  /** why it was taken: an idle scale-to-zero master, PUT suspend, or the instance made a template */
+  reason: SnapshotReason;
   image: string;
   memory_mb: number;
   machine: string;
   /** the VMM's build and accelerator (MachineDriver.snapshotVersion) */
   vmm: string;
+  /**
+   * The network identity the guest has in this memory: its own, or, for a
+   * clone of a template, the template's. A restore whose guest differs from
+   * the instance's own address gets both translated on its tap
+   * (network/rules.ts), so the guest keeps what it has and the network sees
+   * the instance's own address.
+   */
+  guest?: GuestAddress;
+  /** a clone's start from a template: the file is the template's (`source`'s directory), kept after the restore */
+  source?: string;
+}
+
+export type SnapshotReason = 'standby' | 'suspend' | 'template';
+
+/** The address and MAC a guest was booted with (on its NIC). */
+export interface GuestAddress {
+  ip: string;
+  mac: string;
 }
 
 /** An instance as read: spec, placement and status together. */

@@ -207,4 +207,82 @@ describe('the controllers over the memory drivers', () => {
     assert.equal(started.body.data.instances[0].state, 'running', started.text);
     assert.equal((await get(m.uuid))!.start_count, 2);
   });
+
+  test('templates: bad requests refused in words, nothing made; without snapshots an instance is stopped, not a template', async () => {
+    const refused = async (method: string, path: string, body: object, re: RegExp, code?: number) => {
+      const r = await h.call(method, path, alice, body);
+      assert.equal(r.body.status, 'error', r.text);
+      assert.match(r.text, re);
+      if (code !== undefined) assert.equal(r.body.data.instances[0].error, code, r.text);
+    };
+    const count = async () => (await h.daemon.store.read((tx) => tx.instances.all())).length;
+    const before = await count();
+    await refused('POST', '/v1/instances', { name: 'x' }, /give either 'image' .* or 'template'/);
+    await refused(
+      'POST',
+      '/v1/instances',
+      { image: 'app:latest', template: { name: 'golden' } },
+      /give either 'image' .* or 'template' .*, not both/,
+    );
+    await refused('POST', '/v1/instances', { template: {} }, /parameter 'template': 'uuid' or 'name' is required/);
+    await refused(
+      'POST',
+      '/v1/instances',
+      { template: { name: 'golden' }, args: ['x'] },
+      /parameter 'args': an instance created from a template has the template's/,
+    );
+    await refused(
+      'POST',
+      '/v1/instances',
+      { template: { name: 'golden', prepare: true } },
+      /'template.prepare': making a template at create time is not supported/,
+    );
+    await refused('POST', '/v1/instances', { template: { name: 'golden' } }, /No template instance with name 'golden'/);
+    const plain = await boot('plain', {});
+    await refused('POST', '/v1/instances', { template: { uuid: plain.uuid } }, /No template instance with UUID/);
+    assert.equal(await count(), before + 1, 'nothing half-made');
+
+    // not running: code 11 with the state; a volume: refused with what to do
+    ok(await h.call('PUT', '/v1/instances/stop', alice, { uuid: plain.uuid }));
+    await state(plain.uuid, 'stopped');
+    await refused(
+      'POST',
+      '/v1/instances/templates',
+      { uuid: plain.uuid },
+      /'plain' is stopped: a template is made from a running instance/,
+      11,
+    );
+    const v = ok(await h.call('POST', '/v1/volumes', alice, { name: 'tv', size_mb: 8 }), 'volumes')[0];
+    await h.until(async () => (await h.daemon.store.read((tx) => tx.volumes.getAny(v.uuid)))?.state === 'available');
+    const withVol = await boot('with-vol', { volumes: [{ uuid: v.uuid, at: '/data' }] });
+    await refused(
+      'POST',
+      '/v1/instances/templates',
+      { uuid: withVol.uuid },
+      /cannot become a template: it has volume 'tv' attached/,
+    );
+    assert.equal((await get(withVol.uuid))!.state, 'running', 'left as it was');
+
+    // the memory driver takes no snapshots: the instance stops, with a notice, and the wait says so
+    const golden = await boot('golden', {});
+    const r = await h.call('POST', '/v1/instances/templates', alice, { uuid: golden.uuid, timeout_s: 5 });
+    assert.equal(r.body.status, 'error', r.text);
+    assert.match(r.text, /'golden' stopped instead of becoming a template: no memory snapshot could be taken/);
+    const g = (await h.call('GET', '/v1/instances', alice, { name: 'golden' })).body.data.instances[0];
+    assert.equal(g.state, 'stopped');
+    const hist = ok(await h.call('GET', '/v1/instances/history', alice, { name: 'golden' }))[0].history as any[];
+    assert.match(
+      hist
+        .filter((e) => e.event === 'notice')
+        .map((e) => e.message)
+        .join('\n'),
+      /no memory snapshot: the 'memory' machine driver cannot take snapshots; the instance did not become a template; it is stopped/,
+    );
+    const listed = await h.call('GET', '/v1/instances/templates', alice);
+    assert.deepEqual(listed.body.data.instances, [], listed.text);
+    for (const id of [plain.uuid, withVol.uuid, g.uuid])
+      ok(await h.call('DELETE', '/v1/instances', alice, { uuid: id }));
+    await h.until(async () => (await h.daemon.store.read((tx) => tx.volumes.getAny(v.uuid)))?.instance_id === null);
+    ok(await h.call('DELETE', '/v1/volumes', alice, { uuid: v.uuid }), 'volumes');
+  });
 });

@@ -1,8 +1,7 @@
 /**
  * The official JS SDK (`@unikraft/cloud`, pinned in devDependencies) drives a
  * real daemon unchanged, as a new user would: every call it offers, but the
- * memory-snapshot ones still missing (checkpoints, instance templates) and the
- * control plane's provisioning. Any SDK error fails the test. Machines are
+ * checkpoints (not built yet) and the control plane's provisioning. Any SDK error fails the test. Machines are
  * simulated (the SDK sees the API only), volumes are real ext4 files; test/vm/sdk-boot.test.ts boots a
  * real guest through it.
  */
@@ -124,6 +123,55 @@ describe('instances', () => {
     await raw().instances.suspendInstanceByUuid(i.uuid, { body: { drain_timeout_ms: 0 } });
     await until('standby');
     await ukc.instances.get({ name: 'napper' }).delete();
+  });
+
+  test('instance templates (raw client): make, list, get, update, create from one, delete', async () => {
+    const golden = await ukc.instances.create({ image: 'app:latest', name: 'golden', autostart: true, timeout_s: 5 });
+    const made = await raw().instances.createTemplateInstances({ body: [{ name: 'golden', timeout_s: 5 }] });
+    assert.equal(made.data?.instances?.[0]?.state, 'template');
+    const listed = await raw().instances.getTemplateInstances();
+    assert.deepEqual(
+      listed.data?.instances?.map((i) => i.name),
+      ['golden'],
+    );
+    const one = await raw().instances.getTemplateInstanceByUuid(golden.uuid);
+    assert.equal(one.data?.instances?.[0]?.state, 'template');
+    await raw().instances.updateTemplateInstances({
+      body: [{ name: 'golden', prop: 'tags', op: 'set', value: ['v1'] }],
+    });
+    await raw().instances.updateTemplateInstanceByUuid(golden.uuid, {
+      body: { prop: 'delete_lock', op: 'set', value: true },
+    });
+    assert.deepEqual((await ukc.instances.get({ uuid: golden.uuid }).refresh()).tags, ['v1']);
+    // what boots is the template's memory: it does not change, and a template neither starts nor stops
+    const grow = await raw().instances.updateInstances({
+      body: [{ uuid: golden.uuid, prop: 'memory_mb', op: 'set', value: 256 }],
+    });
+    assert.match(grow.message ?? '', /'golden' is a template: only tags, annotations and delete_lock change/);
+    const stop = await raw().instances.stopInstances({ body: [{ uuid: golden.uuid }] });
+    assert.match(stop.message ?? '', /'golden' is a template and is never stopped/);
+
+    const copy = await ukc.instances.create({
+      name: 'copy',
+      template: { name: 'golden' },
+      autostart: true,
+      timeout_s: 5,
+    });
+    const c = await ukc.instances.get({ uuid: copy.uuid }).refresh();
+    assert.equal(c.state, 'running');
+    assert.equal(c.image, (await ukc.instances.get({ uuid: golden.uuid }).refresh()).image);
+    assert.notEqual(c.private_ip, undefined);
+
+    // the raw client hands back the envelope of a refusal
+    const locked = await raw().instances.deleteTemplateInstanceByUuid(golden.uuid);
+    assert.equal(locked.status, 'error');
+    assert.match(locked.message ?? '', /'golden' has delete_lock set/);
+    await raw().instances.updateTemplateInstances({
+      body: [{ uuid: golden.uuid, prop: 'delete_lock', op: 'set', value: false }],
+    });
+    await raw().instances.deleteTemplateInstances({ body: [{ uuid: golden.uuid }] });
+    assert.deepEqual((await raw().instances.getTemplateInstances()).data?.instances ?? [], []);
+    await ukc.instances.get({ name: 'copy' }).delete();
   });
 
   test('an unknown instance is a 404 UnikraftCloudError, not a crash', async () => {

@@ -97,7 +97,7 @@ describe('unihost CLI errors and exit codes', () => {
   test('--help shows examples and exits 0', async () => {
     const r = await cli('instance', 'create', '--help');
     assert.equal(r.code, 0, r.stderr);
-    assert.match(r.stdout, /Usage: unihost instance create \[options\] <image> \[args\.\.\.\]/);
+    assert.match(r.stdout, /Usage: unihost instance create \[options\] \[image\] \[args\.\.\.\]/);
     assert.match(r.stdout, /Examples:\n {2}\$ unihost instance create echo:latest -- hello world/);
     assert.match(r.stdout, /Global Options:[\s\S]*--metro <url>/);
   });

@@ -120,6 +120,26 @@ describe('unihost instance (real CLI against a real daemon)', () => {
     assert.equal((await cli('instance', 'rm', 'svc')).code, 0);
   });
 
+  test('template makes a template; create --template starts from it; mistakes are one line each', async () => {
+    assert.equal((await cli('instance', 'create', '-n', 'golden', '--start', 'echo:latest')).code, 0);
+    const t = await cli('instance', 'template', 'golden');
+    assert.equal(t.code, 0, t.stderr);
+    assert.match(t.stdout, /^golden +running +template$/m);
+    const c = await cli('instance', 'create', '-n', 'copy', '--template', 'golden', '--start');
+    assert.equal(c.code, 0, c.stderr);
+    assert.match(c.stdout, /^copy +[0-9a-f-]{36} +running +10\.\S+/m);
+    const both = await cli('instance', 'create', '--template', 'golden', 'echo:latest');
+    assert.equal(both.code, 2, both.stderr);
+    oneLine(both, /give an image, or --template NAME .*\(not both\)/);
+    const args = await cli('instance', 'create', '--template', 'golden', '-m', '256');
+    oneLine(args, /--template: arguments, --env, --memory and --volume are the template's/);
+    const again = await cli('instance', 'template', 'copy', 'nope');
+    assert.equal(again.code, 3, `not found: ${again.stderr}`);
+    assert.match(again.stdout, /^copy +running +template$/m, 'the one that could be made is shown');
+    oneLine(again, /No instance with name 'nope'/);
+    for (const n of ['copy', 'golden']) assert.equal((await cli('instance', 'rm', n)).code, 0);
+  });
+
   test('logs prints the decoded console log; -n keeps the last lines', async () => {
     const c = JSON.parse((await cli('instance', 'create', '-n', 'talk', '-o', 'json', 'echo:latest')).stdout);
     consoleOf(c[0].uuid).append(Buffer.from('booting\nline two\nline three ünïcode\n'));

@@ -17,8 +17,9 @@ export const SIM_STATS: SimStats = MEMORY_VM_STATS;
 /**
  * A simulated machine controller for control-plane API tests only: it moves
  * instances through their states at once (starting -> running, stopping or
- * draining -> stopped) without booting anything, and marks new volumes
- * available. Lifecycle tests with real VMs use the QEMU driver instead; the
+ * draining -> stopped, standby or template) without booting anything (a
+ * stop that keeps the memory leaves a snapshot record, and no file), and
+ * marks new volumes available. Lifecycle tests with real VMs use the QEMU driver instead; the
  * daemon's own controllers over the in-memory drivers (src/drivers.ts) are
  * tested in test/api/memory-drivers.test.ts.
  */
@@ -43,6 +44,8 @@ export function simMachines(
         up.add(i.id);
         // fixed timings, so tests can tell developer-only fields from absent ones
         await fire(tx, i, 'booted', {
+          // a "snapshot" is restored, and so consumed (a template's stays: it is the template's record)
+          ...(i.snapshot ? { snapshot: null } : {}),
           start_count: i.start_count + 1,
           started_at: now,
           boot_time_us: 1000,
@@ -65,8 +68,23 @@ export function simMachines(
           stop_request: null,
           uptime_ms: i.uptime_ms + Math.max(0, s.clock.now() - Date.parse(i.started_at ?? now)),
         };
+        // a stop that keeps the memory (suspend, stateful standby, a template): a record as a snapshot would leave
+        const snapshot =
+          r?.snapshot && !r.force
+            ? {
+                bytes: 4096,
+                created_at: now,
+                reason: r.snapshot,
+                image: i.image,
+                memory_mb: i.memory_mb,
+                machine: 'sim',
+                vmm: 'sim',
+              }
+            : null;
+        if (snapshot) await tx.instances.updateStatus(i.id, { snapshot });
         if (i.features.includes('delete-on-stop'))
           await s.instances.deleteInTx(tx, (await tx.users.get(i.user_id))!, i);
+        else if (snapshot?.reason === 'template') await fire(tx, { ...i, snapshot }, 'templated', effects);
         else if (!(r?.standby && (await fire(tx, i, 'slept', effects)))) await fire(tx, i, 'exited', effects);
       }
     });

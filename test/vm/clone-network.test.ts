@@ -54,7 +54,9 @@ function guest(name: string, userId: string, own: { ip: string; mac: string }, i
 async function serve(g: Guest, who: string): Promise<void> {
   const ip = g.spec.guest?.ip ?? g.spec.ip;
   const code = `require('http').createServer((q, s) => s.end('${who} ' + q.socket.remoteAddress)).listen(8080, '${ip}', () => console.log('up'))`;
-  g.server = spawn('ip', ['netns', 'exec', g.ns, process.execPath, '-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
+  g.server = spawn('ip', ['netns', 'exec', g.ns, process.execPath, '-e', code], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   await new Promise<void>((resolve, reject) => {
     g.server!.stdout!.once('data', () => resolve());
     g.server!.once('exit', (c) => reject(new Error(`the server in ${g.ns} ended (${c})`)));

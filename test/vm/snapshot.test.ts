@@ -10,6 +10,11 @@
  *   snapshot;
  * * a snapshot that no longer fits (another VMM build) and a corrupt one:
  *   the instance boots afresh, with a notice event saying why;
+ * * templates: Linux http made a template; its clones start from its
+ *   memory (the count goes on in each, independently), each on its own
+ *   private address (translated on its tap), boot afresh once stopped, and
+ *   outlive the template; a template of c-http gives clones that answer
+ *   through the gateway without a boot banner;
  * * Unikraft's c-http (UNIHOST_UNIKRAFT_DIR, default ../shared/unikraft;
  *   skipped with a message when absent): woken from its snapshot it answers
  *   through the gateway and prints no second boot banner.
@@ -235,6 +240,134 @@ if (!insideTestNetns()) {
         await agent.close();
       }
     });
+
+    test('templates of Linux http: clones start from its memory (the count goes on in each), each on its own address', async () => {
+      const tpl = await create(
+        'tpl',
+        'http:latest',
+        [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }],
+        128,
+      );
+      const agents: Agent[] = [];
+      const agentFor = (fqdn: string) => {
+        const a = new Agent({ connect: { ca, servername: fqdn } });
+        agents.push(a);
+        return a;
+      };
+      /** One counted request (a 503 before the gateway routes a new group is not counted by the guest). */
+      const served = async (fqdn: string): Promise<string> => {
+        const a = agentFor(fqdn);
+        let r = await viaGateway(fqdn, a);
+        if (r.status !== 200)
+          await poll(
+            `the gateway routes ${fqdn}`,
+            async () => (r = await viaGateway(fqdn, a)).status === 200,
+            10_000,
+            100,
+          );
+        return r.body;
+      };
+      try {
+        assert.equal(await served(tpl.fqdn), '1');
+        assert.equal(await served(tpl.fqdn), '2');
+        const made = await h.call('POST', '/v1/instances/templates', t, { name: 'tpl', timeout_s: 60 });
+        assert.equal(made.body.status, 'success', made.text);
+        assert.equal(made.body.data.instances[0].state, 'template', made.text);
+        const listed = await h.call('GET', '/v1/instances/templates', t);
+        assert.deepEqual(
+          listed.body.data.instances.map((i: Any) => i.name),
+          ['tpl'],
+          listed.text,
+        );
+        const asTemplate = await get('tpl');
+        assert.equal(asTemplate.snapshot.reason, 'template');
+        await poll('no QEMU for a template', async () => !vmRunning(tpl.uuid), 10_000, 50);
+        const start = await h.call('PUT', '/v1/instances/start', t, { name: 'tpl' });
+        assert.match(start.text, /instance 'tpl' is a template and is never started/);
+
+        const clone = async (name: string) => {
+          const r = await h.call('POST', '/v1/instances', t, {
+            name,
+            template: { name: 'tpl' },
+            service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
+            autostart: true,
+            wait_timeout_ms: 60_000,
+          });
+          assert.equal(r.body.status, 'success', r.text);
+          const e = r.body.data.instances[0];
+          assert.equal(e.state, 'running', r.text);
+          return { ...e, fqdn: e.service_group.domains[0].fqdn as string };
+        };
+        const t0 = Date.now();
+        const c1 = await clone('clone-1');
+        process.stderr.write(`clone of a Linux http template (128 MB), create -> running: ${Date.now() - t0} ms\n`);
+        const c2 = await clone('clone-2');
+        const ips = [tpl.private_ip, c1.private_ip, c2.private_ip];
+        assert.equal(new Set(ips).size, 3, `own addresses: ${ips.join(', ')}`);
+        assert.equal(await served(c1.fqdn), '3', "clone 1 goes on from the template's count");
+        assert.equal(await served(c2.fqdn), '3', 'clone 2 too: its own copy of the memory');
+        assert.equal(await served(c1.fqdn), '4');
+        // straight to the clone's own address, as the gateway and probes reach it: translated on its tap
+        const direct = await request(`http://${c2.private_ip}:8080/cgi-bin/count`, { headersTimeout: 10_000 });
+        assert.equal((await direct.body.text()).trim(), '4');
+        assert.equal(consoleOf(c1.uuid).match(/http: listening on/g), null, 'the clone never booted');
+        const i1 = await get('clone-1');
+        assert.equal(i1.snapshot, undefined, 'restored: nothing pending');
+        assert.ok(existsSync(snapshotFile(h.daemon.services.paths.instance(tpl.uuid))), "the template's file stays");
+
+        // a clone stopped and started boots afresh on its own address
+        await h.call('PUT', '/v1/instances/stop', t, { name: 'clone-1' });
+        await inState('clone-1', 'stopped');
+        const st = await h.call('PUT', '/v1/instances/start', t, { name: 'clone-1', wait_timeout_ms: 60_000 });
+        assert.equal(st.body.data.instances[0].state, 'running', st.text);
+        assert.equal(await served(c1.fqdn), '1', 'a fresh boot');
+
+        // the template goes; the clone made from it keeps running
+        const del = await h.call('DELETE', '/v1/instances/templates', t, { name: 'tpl' });
+        assert.equal(del.body.status, 'success', del.text);
+        assert.equal(await served(c2.fqdn), '5');
+        assert.deepEqual(await notices('clone-2'), []);
+      } finally {
+        for (const a of agents) await a.close();
+      }
+    });
+
+    test(
+      'a template of c-http (Unikraft): its clones answer on their own addresses through the gateway, without a boot banner',
+      { skip: requirePart(!UK && 'no Unikraft kernels (set UNIHOST_UNIKRAFT_DIR; default ../shared/unikraft)') },
+      async () => {
+        const tcp = [{ port: 8443, destination_port: 8080, handlers: ['tls'] }];
+        await create('uk-tpl', 'c-http:latest', tcp, 16);
+        const made = await h.call('POST', '/v1/instances/templates', t, { name: 'uk-tpl', timeout_s: 60 });
+        assert.equal(made.body.data.instances[0].state, 'template', made.text);
+        for (const name of ['uk-c1', 'uk-c2']) {
+          const t0 = Date.now();
+          const r = await h.call('POST', '/v1/instances', t, {
+            name,
+            template: { name: 'uk-tpl' },
+            service_group: { services: tcp },
+            autostart: true,
+            wait_timeout_ms: 60_000,
+          });
+          assert.equal(r.body.data.instances[0].state, 'running', r.text);
+          process.stderr.write(`clone of a c-http template (16 MB), create -> running: ${Date.now() - t0} ms\n`);
+          const e = r.body.data.instances[0];
+          // the gateway closes connections to a new group until it routes to its running instance
+          let answer = '';
+          await poll(
+            `${name} answers through the gateway`,
+            async () =>
+              (answer = await tlsGet(gwc.dataPlane!.boundPort(8443)!, e.service_group.domains[0].fqdn, ca)) !== '',
+            10_000,
+            100,
+          );
+          assert.match(answer, /^HTTP\/1\.1 200[\s\S]*Hello from Unikraft!/, `${name} answers`);
+          assert.equal(consoleOf(e.uuid).match(/Telesto/g), null, `${name} printed no boot banner`);
+        }
+        const del = await h.call('DELETE', '/v1/instances/templates', t, { name: 'uk-tpl' });
+        assert.equal(del.body.status, 'success', del.text);
+      },
+    );
 
     test(
       'c-http (Unikraft), stateful scale-to-zero: woken from its snapshot it answers, with no second boot banner',

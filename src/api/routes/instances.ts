@@ -9,8 +9,8 @@ import type { InstanceState } from '../../store/types.js';
 
 const P = 'instances';
 export const InstanceStateSchema = Type.Union(
-  ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby'].map((s) => Type.Literal(s)),
-  { errorMessage: 'expected one of stopped, starting, running, draining, stopping, standby' },
+  ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby', 'template'].map((s) => Type.Literal(s)),
+  { errorMessage: 'expected one of stopped, starting, running, draining, stopping, standby, template' },
 );
 
 const VolumeSpec = Type.Object(
@@ -27,7 +27,21 @@ const VolumeSpec = Type.Object(
 const CreateBody = Type.Object(
   {
     name: Opt(Name()),
-    image: Str('Image reference (tag or digest).', { minLength: 1, maxLength: 512 }),
+    image: Opt(Str('Image reference (tag or digest); or give template.', { minLength: 1, maxLength: 512 })),
+    template: Opt(
+      Type.Object(
+        {
+          uuid: Opt(Uuid()),
+          name: Opt(Name()),
+          prepare: Opt(Bool('Make a template at create time: not supported (refused when true).')),
+        },
+        {
+          additionalProperties: false,
+          description:
+            'A template instance to start from instead of an image: its memory is restored (no boot); image, args, env and memory come from it (docs/snapshots.md).',
+        },
+      ),
+    ),
     args: Opt(
       Type.Union([Type.String(), Type.Array(Type.String())], {
         errorMessage: 'expected a string or an array of strings',

@@ -8,6 +8,7 @@ import { UsageError } from '../shared/exit.js';
 
 interface CreateOpts {
   name?: string;
+  template?: string;
   memory?: string;
   env: string[];
   port: string[];
@@ -29,8 +30,17 @@ function volumeSpec(v: string): NonNullable<CreateParams['volumes']>[number] {
   return { name: m[1]!, at: m[2]!, ...(m[3] === 'ro' ? { readonly: true } : {}) };
 }
 
-export function createParams(image: string, args: string[], o: CreateOpts): CreateParams {
-  const p: CreateParams = { image };
+export function createParams(image: string | undefined, args: string[], o: CreateOpts): CreateParams {
+  if ((image === undefined) === (o.template === undefined))
+    throw new UsageError('give an image, or --template NAME to start from a template instance (not both)');
+  if (
+    o.template !== undefined &&
+    (args.length > 0 || o.env.length > 0 || o.memory !== undefined || o.volume.length > 0)
+  )
+    throw new UsageError(
+      "--template: arguments, --env, --memory and --volume are the template's (its memory was booted with them)",
+    );
+  const p: CreateParams = image !== undefined ? { image } : { template: { name: o.template! } };
   if (o.name !== undefined) p.name = o.name;
   if (args.length > 0) p.args = args;
   if (o.env.length > 0) p.env = keyValues('--env', o.env);
@@ -73,10 +83,13 @@ export function createdTable(list: CreatedInstance[]): string {
 export function registerInstanceCreate(instance: Command): void {
   const cmd = instance
     .command('create')
-    .description('create an instance from an image (arguments after the image go to the application)')
-    .argument('<image>', 'image reference: app:tag, user/app:tag or a digest')
+    .description(
+      'create an instance from an image (arguments after the image go to the application), or from a template instance',
+    )
+    .argument('[image]', 'image reference: app:tag, user/app:tag or a digest (or give --template)')
     .argument('[args...]', 'application arguments (put them after -- when they start with -)')
     .option('-n, --name <name>', 'instance name (default <app>-<random>)')
+    .option('-t, --template <name>', "start from this template instance's memory instead of booting an image")
     .option('-m, --memory <MB>', 'memory in MiB (default 128)')
     .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collect, [])
     .option(
@@ -94,11 +107,12 @@ export function registerInstanceCreate(instance: Command): void {
     .option('--delete-on-stop', 'delete the instance once it stops')
     .option('-S, --start', 'start it right away and wait until it runs')
     .option('-w, --wait <duration>', 'with --start: longest wait for running (0: do not wait)', '60s')
-    .action(async (image: string, args: string[], o: CreateOpts, c: Command) => {
+    .action(async (image: string | undefined, args: string[], o: CreateOpts, c: Command) => {
       const ctx = ctxOf(c);
       const p = createParams(image, args, o);
+      const what = p.name ?? image ?? `a copy of ${o.template}`;
       const created = await withSpinner(
-        p.autostart && p.wait_timeout_ms ? `creating and starting ${p.name ?? image}` : `creating ${p.name ?? image}`,
+        p.autostart && p.wait_timeout_ms ? `creating and starting ${what}` : `creating ${what}`,
         () => ctx.client.instances.create(p),
       );
       ctx.print(created, () => createdTable(created));
@@ -108,5 +122,6 @@ export function registerInstanceCreate(instance: Command): void {
     'unihost instance create -n web -m 256 -p 443:8080 --start http:latest',
     'unihost instance create -n job -e MODE=batch --restart on-failure --start exit:latest -- 3',
     'unihost instance create -n db -v data:/var/lib/db -o json app:1.0',
+    'unihost instance create -n web-2 --template web-golden -p 443:8080 --start',
   ]);
 }

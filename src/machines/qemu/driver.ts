@@ -262,10 +262,8 @@ export class QemuDriver implements MachineDriver {
     if (!vm || vm.exited) throw new Error('the VM is not running');
     if (!vm.qmp) throw new Error('the VM has no QMP connection');
     const socket = snapshotSocket(this.o.confine === false ? null : jailRoot(vm.dir), vm.dir);
-    const r = await writeSnapshot(vm.qmp, { path, socket, uid: vm.uid });
-    // the guest is paused and saved: QEMU ends (its exit is reported like any other)
-    await vm.qmp?.execute('quit').catch(() => undefined);
-    return r;
+    // the guest stays paused: the caller ends the VM once the snapshot is recorded
+    return writeSnapshot(vm.qmp, { path, socket, uid: vm.uid });
   }
 
   /**
