@@ -3,7 +3,16 @@ import type { Counters } from './gateway/types.js';
 import type { InstanceState, Store } from './store/types.js';
 import { NO_FIGURES, type LiveFigures } from './figures.js';
 
-const STATES: InstanceState[] = ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby', 'template'];
+const STATES: InstanceState[] = [
+  'stopped',
+  'starting',
+  'running',
+  'draining',
+  'stopping',
+  'standby',
+  'template',
+  'checkpoint',
+];
 
 /**
  * The daemon's Prometheus metrics (`GET /metrics`). One registry per daemon,

@@ -79,6 +79,18 @@ export class UnihostClient {
         replyTimeoutMs: (timeoutS ?? 0) * 1000 + 300_000,
       }),
     templates: () => this.send<T.Instance>('GET', '/v1/instances/templates', 'instances'),
+    /** a checkpoint of a running instance (docs/snapshots.md); with `timeoutS`, waits until it is written */
+    checkpoint: (from: T.Ref, p: { name?: string; timeoutS?: number } = {}) =>
+      this.send<T.Summary>('POST', '/v1/instances/checkpoints', 'instances', {
+        body: [
+          {
+            from,
+            ...(p.name !== undefined ? { name: p.name } : {}),
+            ...(p.timeoutS !== undefined ? { timeout_s: p.timeoutS } : {}),
+          },
+        ] as Json[],
+        replyTimeoutMs: (p.timeoutS ?? 0) * 1000 + 300_000,
+      }),
     wait: (refs: T.Ref[], state: T.InstanceState, timeoutMs: number, o: Opts = {}) =>
       this.send<T.WaitResult>('GET', '/v1/instances/wait', 'instances', {
         query: { ...UnihostClient.targets(refs), state, timeout_ms: timeoutMs },

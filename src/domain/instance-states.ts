@@ -89,8 +89,11 @@ export async function fire(
 export const endedForGood = (i: Pick<InstanceRec, 'state' | 'restart_next_at'>): boolean =>
   i.state === 'stopped' && i.restart_next_at === null;
 
-/** States that count as live for quotas (the API spec: "not in the stopped state"; a template never runs). */
-export const isLive = (s: InstanceState): boolean => s !== 'stopped' && s !== 'template';
+/** States of records that never run: templates and checkpoints (memory kept for new instances to start from). */
+export const FROZEN: ReadonlySet<InstanceState> = new Set(['template', 'checkpoint']);
+
+/** States that count as live for quotas (the API spec: "not in the stopped state"; templates and checkpoints never run). */
+export const isLive = (s: InstanceState): boolean => s !== 'stopped' && !FROZEN.has(s);
 
 /** States in which stop_reason, exit_code and stop_code may be read. */
 export const STOP_INFO_STATES: ReadonlySet<InstanceState> = new Set(['draining', 'stopping', 'stopped', 'standby']);

@@ -104,6 +104,8 @@ export interface MachineDriver {
    * running on, when no snapshot could be written.
    */
   snapshot?(id: string, path: string): Promise<{ bytes: number }>;
+  /** Lets a VM paused by `snapshot` run on (a checkpoint: the instance keeps running). */
+  resume?(id: string): Promise<void>;
   /** What a snapshot is bound to besides the spec (the VMM's build and accelerator): restored only into the same. */
   readonly snapshotVersion?: string;
   /** Ends the VM at once (no clean shutdown). */

@@ -1,4 +1,4 @@
-import { existsSync, rmSync, statfsSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, statfsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { MachineDriver } from '../machines/driver.js';
 import type { InstanceRec, SnapshotRec, StatusPatch } from '../store/types.js';
@@ -78,6 +78,70 @@ export class Snapshots {
     // only now: the VM's exit must find the snapshot recorded (else it is taken for a plain stop)
     await this.driver.kill(inst.id);
     return true;
+  }
+
+  /**
+   * Takes checkpoint `ck` (docs/snapshots.md, "Checkpoints") of the running
+   * instance it names: pauses its VM, writes the memory into the
+   * checkpoint's directory and lets the VM run on. A checkpoint that cannot
+   * be taken goes, with a notice on the instance saying why.
+   */
+  async checkpoint(ck: InstanceRec): Promise<void> {
+    const snap = ck.snapshot;
+    if (!snap?.pending) return;
+    const src = snap.taken_from ? await this.s.store.read((tx) => tx.instances.getAny(snap.taken_from!)) : undefined;
+    const problem = !src
+      ? 'the instance is gone'
+      : src.state !== 'running'
+        ? `the instance is ${src.state}`
+        : !this.driver.snapshot || !this.driver.resume
+          ? `the '${this.driver.name}' machine driver cannot take snapshots`
+          : await this.cannotTake(ck);
+    const failed = async (why: string): Promise<void> => {
+      const msg = `checkpoint '${ck.name}' was not taken: ${why}`;
+      this.log.warn({ id: ck.id, of: snap.taken_from }, msg);
+      if (src) this.note(src.id, msg);
+      await this.s.store.tx(async (tx) => {
+        if (await tx.instances.getAny(ck.id)) await tx.instances.delete(ck.id);
+        const cur = src && (await tx.instances.getAny(src.id));
+        if (cur) tx.events.notice(cur, msg);
+      });
+    };
+    if (problem || !src) return failed(problem ?? 'the instance is gone');
+    const dir = this.s.paths.instance(ck.id);
+    mkdirSync(dir, { recursive: true });
+    const rt = src.runtime as Partial<RuntimeRec>;
+    const t0 = this.s.clock.now();
+    let bytes: number;
+    try {
+      ({ bytes } = await this.driver.snapshot!(src.id, snapshotFile(dir)));
+    } catch (e) {
+      return failed(`the memory snapshot failed (${(e as Error).message})`);
+    } finally {
+      // the instance runs on whatever happened (a failed snapshot may have paused it)
+      await this.driver.resume!(src.id).catch((e: Error) =>
+        this.log.warn({ id: src.id, err: e.message }, 'resuming the VM after a checkpoint failed'),
+      );
+    }
+    const guest = rt.guest ?? ownAddress(src);
+    const rec: SnapshotRec = {
+      bytes,
+      created_at: new Date(this.s.clock.now()).toISOString(),
+      reason: 'checkpoint',
+      image: src.image,
+      memory_mb: src.memory_mb,
+      machine: rt.machine ?? 'unknown',
+      vmm: this.driver.snapshotVersion ?? 'unknown',
+      taken_from: src.id,
+      ...(guest ? { guest } : {}),
+    };
+    const kept = await this.s.store.tx(async (tx) => {
+      if (!(await tx.instances.getAny(ck.id))) return false;
+      await tx.instances.updateStatus(ck.id, { snapshot: rec });
+      return true;
+    });
+    if (!kept) rmSync(dir, { recursive: true, force: true }); // deleted meanwhile
+    this.log.info({ id: ck.id, of: src.id, bytes, pausedMs: this.s.clock.now() - t0 }, 'checkpoint taken');
   }
 
   /** Why no snapshot can be taken now (the user's quota, the disk, the driver), or null. */

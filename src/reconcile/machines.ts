@@ -174,7 +174,7 @@ export class MachineController implements Controller {
         // A stop with no VM (it never booted, or the daemon died around the kill): the stop is
         // complete, unless a start came meanwhile (acknowledged: it must not be lost).
         await this.s.store.tx((tx) => stopWithoutVmInTx(tx, inst.id, this.now()));
-      } else if (!['stopped', 'standby', 'starting', 'template'].includes(inst.state)) {
+      } else if (!['stopped', 'standby', 'starting', 'template', 'checkpoint'].includes(inst.state)) {
         this.note(inst.id, 'the VM was not running when the daemon started');
         await this.s.store.tx((tx) => settleVanishedInTx(tx, inst.id, this.now()));
       }
@@ -206,6 +206,8 @@ export class MachineController implements Controller {
       await this.detachNet(id);
       return;
     }
+    // a checkpoint runs nothing: it is taken once, of the VM of the instance it names
+    if (inst.state === 'checkpoint') return this.snapshots.checkpoint(inst);
     const now = this.now();
     const rt = inst.runtime as Partial<RuntimeRec>;
     if (!vm.running) {

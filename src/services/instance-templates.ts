@@ -13,18 +13,26 @@ import { findInstance } from './lookup.js';
  * each with its own name, private IP and MAC.
  */
 
-/** A user's template by target: UH_NOT_FOUND when there is none (an instance that is not a template included). */
-export async function findTemplate(tx: Tx, user: UserRec, t: Target): Promise<InstanceRec> {
+/**
+ * A user's template (or checkpoint, `kind`) by target: UH_NOT_FOUND when
+ * there is none (an instance of another kind included).
+ */
+export async function findTemplate(
+  tx: Tx,
+  user: UserRec,
+  t: Target,
+  kind: 'template' | 'checkpoint' = 'template',
+): Promise<InstanceRec> {
   const i = await findInstance(tx, user, t).catch(() => undefined);
-  if (!i || i.state !== 'template')
+  if (!i || i.state !== kind)
     throw err(
       'UH_NOT_FOUND',
-      t.uuid !== undefined
-        ? `No template instance with UUID '${t.uuid}'`
-        : `No template instance with name '${t.name}'`,
+      t.uuid !== undefined ? `No ${kind} instance with UUID '${t.uuid}'` : `No ${kind} instance with name '${t.name}'`,
     );
   return i;
 }
+
+export const findCheckpoint = (tx: Tx, user: UserRec, t: Target) => findTemplate(tx, user, t, 'checkpoint');
 
 /** Why `inst` cannot become a template, or null. */
 async function cannotBeTemplate(tx: Tx, inst: InstanceRec): Promise<string | null> {
@@ -50,6 +58,11 @@ export async function makeTemplate(deps: { store: Store }, user: UserRec, t: Tar
     const inst = await findInstance(tx, user, t);
     const answer = (state: string) => ({ uuid: inst.id, name: inst.name, state, previous_state: inst.state });
     if (inst.state === 'template') return answer('template');
+    if (inst.state === 'checkpoint')
+      throw err(
+        'UH_WRONG_STATE',
+        `instance '${inst.name}' is a checkpoint: create an instance from it (checkpoint), then make that a template`,
+      );
     const why = await cannotBeTemplate(tx, inst);
     if (why) throw err('UH_NOT_ALLOWED', `instance '${inst.name}' cannot become a template: ${why}`);
     const ownSnapshot = inst.state === 'standby' && inst.snapshot !== null && !inst.snapshot.source;
@@ -60,8 +73,9 @@ export async function makeTemplate(deps: { store: Store }, user: UserRec, t: Tar
       );
     await tx.instances.updateSpec(inst.id, { desired: 'stopped' });
     if (ownSnapshot) {
-      await tx.instances.updateStatus(inst.id, { snapshot: { ...inst.snapshot!, reason: 'template' } });
-      return answer((await fire(tx, inst, 'templated', {}, { resetRestarts: true }))?.state ?? inst.state);
+      // its snapshot becomes the template's (written with the state change, by the state table)
+      const snapshot = { ...inst.snapshot!, reason: 'template' as const };
+      return answer((await fire(tx, inst, 'templated', { snapshot }, { resetRestarts: true }))?.state ?? inst.state);
     }
     const stop = { force: false, drain_until: null, by: 'user' as const, snapshot: 'template' as const };
     const after = await fire(tx, inst, 'stop', { stop_request: stop }, { resetRestarts: true });
@@ -72,12 +86,12 @@ export async function makeTemplate(deps: { store: Store }, user: UserRec, t: Tar
 /** What a template's PATCH may change (the SDK's MutableTemplateInstanceProperty); `autokill` is refused with why. */
 const TEMPLATE_PROPS = new Set(['tags', 'delete_lock', 'annotations']);
 
-/** Checks that `u` may change template `inst` through PATCH (of templates, or of instances). */
+/** Checks that `u` may change template or checkpoint `inst` through PATCH (of its kind, or of instances). */
 export function checkTemplateUpdate(inst: InstanceRec, u: UpdateIn): void {
-  if (u.prop === 'autokill') unsupported('autokill', 'templates are not deleted after a time unused');
+  if (u.prop === 'autokill') unsupported('autokill', `${inst.state}s are not deleted after a time unused`);
   if (!TEMPLATE_PROPS.has(u.prop))
     throw err(
       'UH_WRONG_STATE',
-      `instance '${inst.name}' is a template: only tags, annotations and delete_lock change (its memory was booted with the rest)`,
+      `instance '${inst.name}' is a ${inst.state}: only tags, annotations and delete_lock change (its memory was booted with the rest)`,
     );
 }

@@ -15,6 +15,7 @@ import type { InstanceRec, SpecPatch, Tx, UserRec } from '../store/types.js';
 import { scaleToZeroOf, splitArgs, type InstanceDeps, type ScaleToZeroIn } from './instances-create.js';
 import { findInstance } from './lookup.js';
 import { checkTemplateUpdate } from './instance-templates.js';
+import { FROZEN } from '../domain/instance-states.js';
 import { effectiveQuotas } from './users.js';
 
 /** Properties that change what boots: only while the instance is stopped (they apply at its next start). */
@@ -52,7 +53,7 @@ export async function updateInstance(
 }
 
 async function applyUpdate(deps: InstanceDeps, tx: Tx, user: UserRec, inst: InstanceRec, u: UpdateIn): Promise<string> {
-  if (inst.state === 'template') checkTemplateUpdate(inst, u);
+  if (FROZEN.has(inst.state)) checkTemplateUpdate(inst, u);
   if (u.prop in UNSUPPORTED) unsupported(u.prop, UNSUPPORTED[u.prop]!);
   if (NEEDS_STOP.has(u.prop) && inst.state !== 'stopped')
     throw err(

@@ -15,7 +15,8 @@ import type { VolumeService } from './volumes.js';
 import { ADMISSION, assertHostCapacity, placeInTx } from './capacity.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { checkMountPath } from '../domain/mount-path.js';
-import { refTarget } from '../domain/refs.js';
+import { refTarget, type Ref } from '../domain/refs.js';
+import { readyCheckpoint } from './instance-checkpoints.js';
 import { findTemplate } from './instance-templates.js';
 
 export interface VolumeSpec {
@@ -31,6 +32,10 @@ export interface CreateParams {
   /** the image to boot; or `template`, whose memory the instance starts from */
   image?: string;
   template?: TemplateRef;
+  /** a checkpoint (uuid or name) whose memory the instance starts from */
+  checkpoint?: Ref;
+  /** the SDK's branch from a running instance: refused (a checkpoint does it in two steps) */
+  branch_from?: Ref;
   args?: string | string[];
   env?: Record<string, string>;
   memory_mb?: number;
@@ -131,23 +136,30 @@ export function splitArgs(args: string | string[] | undefined): string[] | undef
 
 /** Checks create parameters that need no store; returns normalized values. */
 export function checkCreate(p: CreateParams) {
-  if ((p.image === undefined) === (p.template === undefined))
+  const sources = [p.image, p.template, p.checkpoint].filter((x) => x !== undefined).length;
+  if (sources !== 1)
     throw err(
-      p.image === undefined ? 'UH_MISSING_ID' : 'UH_NOT_BOTH',
-      "give either 'image' (an image to boot) or 'template' (a template instance to start from), not both",
+      sources === 0 ? 'UH_MISSING_ID' : 'UH_NOT_BOTH',
+      "give one of 'image' (an image to boot), 'template' (a template instance to start from) or 'checkpoint' (a checkpoint to start from)",
     );
-  if (p.template) {
-    refTarget(p.template, "parameter 'template'");
-    if (p.template.prepare)
-      throw err(
-        'UH_INVALID',
-        "parameter 'template.prepare': making a template at create time is not supported; create and start the instance, then make it a template (POST /v1/instances/templates)",
-      );
+  if (p.branch_from !== undefined)
+    throw err(
+      'UH_INVALID',
+      "parameter 'branch_from': not supported; take a checkpoint of the instance (POST /v1/instances/checkpoints) and create from it (checkpoint)",
+    );
+  if (p.template?.prepare)
+    throw err(
+      'UH_INVALID',
+      "parameter 'template.prepare': making a template at create time is not supported; create and start the instance, then make it a template (POST /v1/instances/templates)",
+    );
+  const from = p.template ? 'template' : p.checkpoint ? 'checkpoint' : null;
+  if (from) {
+    refTarget((p.template ?? p.checkpoint)!, `parameter '${from}'`);
     for (const k of FROM_TEMPLATE)
       if (p[k] !== undefined)
         throw err(
           'UH_INVALID',
-          `parameter '${k}': an instance created from a template has the template's (its memory was booted with them)`,
+          `parameter '${k}': an instance created from a ${from} has the ${from}'s (its memory was booted with them)`,
         );
   }
   if (p.wait_timeout_ms !== undefined && p.wait_timeout_ms !== 0 && !p.autostart) {
@@ -240,7 +252,12 @@ export async function createInTx(
   const { policy, args, scaleToZero } = checkCreate(p);
   // creates share the address pool and the host's totals: one at a time (not one conflict and retry each)
   await tx.lock(ADMISSION);
-  const tpl = p.template ? await findTemplate(tx, user, refTarget(p.template, "parameter 'template'")) : null;
+  // a template or checkpoint: the instance starts from its memory, with its image, memory, args and env
+  const tpl = p.template
+    ? await findTemplate(tx, user, refTarget(p.template, "parameter 'template'"))
+    : p.checkpoint
+      ? await readyCheckpoint(tx, user, refTarget(p.checkpoint, "parameter 'checkpoint'"))
+      : null;
   const image = await deps.images.resolve(tx, user, tpl ? tpl.image : p.image!);
   const memory = tpl ? tpl.memory_mb : (p.memory_mb ?? 128);
   const { limits } = effectiveQuotas(deps.config, user);
@@ -320,8 +337,12 @@ export async function createInTx(
       autoscale_group_id: null,
       host_id: hostId,
       runtime: {},
-      // its first start restores the template's memory (the file stays the template's; counted there)
-      ...(tpl?.snapshot ? { snapshot: { ...tpl.snapshot, bytes: 0, source: tpl.id } } : {}),
+      // its first start restores the template's (checkpoint's) memory (the file stays theirs; counted there)
+      ...(tpl?.snapshot
+        ? {
+            snapshot: { ...tpl.snapshot, reason: tpl.snapshot.reason, bytes: 0, source: tpl.id, taken_from: undefined },
+          }
+        : {}),
     };
     await tx.instances.insert(inst);
     if (group) await deps.groups.onInstanceAttachedInTx(tx, user, group.id);

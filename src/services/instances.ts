@@ -2,6 +2,7 @@ import type { Target } from '../domain/refs.js';
 import {
   describeStop,
   endedForGood,
+  FROZEN,
   fire,
   isLive,
   nextState,
@@ -19,7 +20,8 @@ import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
 import { findInstance } from './lookup.js';
 import { updateInstance } from './instance-updates.js';
-import { findTemplate, makeTemplate } from './instance-templates.js';
+import { findCheckpoint, findTemplate, makeTemplate } from './instance-templates.js';
+import { checkpointHistory, createCheckpoint, type CheckpointParams } from './instance-checkpoints.js';
 import type { UpdateIn } from '../domain/updates.js';
 
 /** How much of an instance's history an answer holds (its newest entries). */
@@ -33,12 +35,12 @@ export interface StopParams {
 
 export { findInstance };
 
-/** A template never runs: start and stop are refused, naming what to do instead. */
+/** A template or checkpoint never runs: start and stop are refused, naming what to do instead. */
 function notTemplate(inst: InstanceRec, what: string): void {
-  if (inst.state === 'template')
+  if (FROZEN.has(inst.state))
     throw err(
       'UH_WRONG_STATE',
-      `instance '${inst.name}' is a template and is never ${what}: create instances from it (POST /v1/instances with template)`,
+      `instance '${inst.name}' is a ${inst.state} and is never ${what}: create instances from it (POST /v1/instances with ${inst.state})`,
     );
 }
 
@@ -118,7 +120,14 @@ export class InstanceService {
     if (i.hostname) out.hostname = i.hostname;
     // the memory a start (or a wake) resumes from (docs/snapshots.md)
     if (i.snapshot)
-      out.snapshot = { size_bytes: i.snapshot.bytes, created_at: i.snapshot.created_at, reason: i.snapshot.reason };
+      out.snapshot = {
+        size_bytes: i.snapshot.bytes,
+        created_at: i.snapshot.created_at,
+        reason: i.snapshot.reason,
+        // a checkpoint: of which instance, and whether it is still being written
+        ...(i.snapshot.taken_from ? { taken_from: i.snapshot.taken_from } : {}),
+        ...(i.snapshot.pending ? { pending: true } : {}),
+      };
     return out;
   }
 
@@ -306,6 +315,56 @@ export class InstanceService {
   async deleteTemplate(user: UserRec, t: Target) {
     const tpl = await this.store.read((tx) => findTemplate(tx, user, t));
     return this.delete(user, { uuid: tpl.id });
+  }
+
+  /**
+   * POST /v1/instances/checkpoints (docs/snapshots.md, "Checkpoints"): a
+   * checkpoint of a running instance; with a timeout, waits until it is
+   * written (an error naming the reason when it could not be: it is gone
+   * then, and the instance has a notice).
+   */
+  async createCheckpoint(user: UserRec, p: CheckpointParams, timeoutMs: number | undefined, signal?: AbortSignal) {
+    const r = await this.store.tx((tx) => createCheckpoint(this.deps, tx, user, p));
+    const timeout = this.timeout(timeoutMs, 0);
+    if (timeout === 0) return r;
+    const lease = this.waits.reserve(user.id, 1);
+    let rec;
+    try {
+      rec = await this.waitUntil(lease, r.uuid, (i) => !i.snapshot?.pending, timeout, signal);
+    } finally {
+      lease.release();
+    }
+    if (!rec) throw err('UH_TIMEOUT', `checkpoint '${r.name}' was not written within ${timeout} ms`);
+    if (rec.state === undefined)
+      throw err(
+        'UH_WRONG_STATE',
+        `checkpoint '${r.name}' could not be taken (the instance's events and console log say why)`,
+      );
+    return r;
+  }
+
+  /** GET /v1/instances/checkpoints: a checkpoint's status object (or uuid, name and state). */
+  async getCheckpoint(user: UserRec, t: Target, details = true): Promise<Record<string, unknown>> {
+    return this.store.read(async (tx) => {
+      const i = await findCheckpoint(tx, user, t);
+      return details ? this.view(tx, user, i) : { uuid: i.id, name: i.name, state: i.state };
+    });
+  }
+
+  /** DELETE /v1/instances/checkpoints: instances started from it keep running. */
+  async deleteCheckpoint(user: UserRec, t: Target) {
+    const c = await this.store.read((tx) => findCheckpoint(tx, user, t));
+    return this.delete(user, { uuid: c.id });
+  }
+
+  /** PATCH /v1/instances/checkpoints: tags, annotations, delete_lock. */
+  updateCheckpoint(user: UserRec, t: Target, u: UpdateIn) {
+    return updateInstance(this.deps, user, t, u, findCheckpoint);
+  }
+
+  /** GET /v1/instances/checkpoints/history: the checkpoints kept of an instance. */
+  checkpointHistory(user: UserRec, t: Target) {
+    return this.store.read((tx) => checkpointHistory(tx, user, t));
   }
 
   /** DELETE: removes the record at once; the controller force-stops the VM and frees its resources. */

@@ -14,7 +14,9 @@ export type InstanceState =
   | 'stopping'
   | 'standby'
   /** an instance made a template (docs/snapshots.md): its memory snapshot is what new instances start from; it never runs again */
-  | 'template';
+  | 'template'
+  /** the memory of another instance at one moment (docs/snapshots.md, "Checkpoints"): never runs; instances start from it */
+  | 'checkpoint';
 export type VolumeState =
   | 'uninitialized'
   | 'initializing'
@@ -213,9 +215,13 @@ export interface SnapshotRec {
   guest?: GuestAddress;
   /** a clone's start from a template: the file is the template's (`source`'s directory), kept after the restore */
   source?: string;
+  /** a checkpoint: the instance it was taken of (its history) */
+  taken_from?: string;
+  /** a checkpoint being taken: no file yet (the host that runs `taken_from` writes it) */
+  pending?: boolean;
 }
 
-export type SnapshotReason = 'standby' | 'suspend' | 'template';
+export type SnapshotReason = 'standby' | 'suspend' | 'template' | 'checkpoint';
 
 /** The address and MAC a guest was booted with (on its NIC). */
 export interface GuestAddress {

@@ -217,12 +217,12 @@ describe('the controllers over the memory drivers', () => {
     };
     const count = async () => (await h.daemon.store.read((tx) => tx.instances.all())).length;
     const before = await count();
-    await refused('POST', '/v1/instances', { name: 'x' }, /give either 'image' .* or 'template'/);
+    await refused('POST', '/v1/instances', { name: 'x' }, /give one of 'image' .*, 'template' .* or 'checkpoint'/);
     await refused(
       'POST',
       '/v1/instances',
       { image: 'app:latest', template: { name: 'golden' } },
-      /give either 'image' .* or 'template' .*, not both/,
+      /give one of 'image'/,
     );
     await refused('POST', '/v1/instances', { template: {} }, /parameter 'template': 'uuid' or 'name' is required/);
     await refused(
@@ -280,6 +280,36 @@ describe('the controllers over the memory drivers', () => {
     );
     const listed = await h.call('GET', '/v1/instances/templates', alice);
     assert.deepEqual(listed.body.data.instances, [], listed.text);
+
+    // checkpoints: of a running instance only; without snapshots none is kept, the instance runs on with a notice
+    await refused(
+      'POST',
+      '/v1/instances/checkpoints',
+      { from: { uuid: plain.uuid } },
+      /'plain' is stopped: a checkpoint is taken of a running instance/,
+    );
+    await refused('POST', '/v1/instances', { branch_from: { name: 'with-vol' } }, /give one of 'image'/);
+    await refused(
+      'POST',
+      '/v1/instances',
+      { image: 'app:latest', branch_from: { name: 'with-vol' } },
+      /'branch_from': not supported; take a checkpoint/,
+    );
+    const live = await boot('live', {});
+    const ck = await h.call('POST', '/v1/instances/checkpoints', alice, { from: { name: 'live' }, timeout_s: 5 });
+    assert.equal(ck.body.status, 'error', ck.text);
+    assert.match(ck.text, /checkpoint 'live-ckpt-[a-z0-9]{5}' could not be taken/);
+    assert.equal((await get(live.uuid))!.state, 'running');
+    const liveHist = ok(await h.call('GET', '/v1/instances/history', alice, { name: 'live' }))[0].history as any[];
+    assert.match(
+      liveHist
+        .filter((e) => e.event === 'notice')
+        .map((e) => e.message)
+        .join('\n'),
+      /checkpoint 'live-ckpt-[a-z0-9]{5}' was not taken: the 'memory' machine driver cannot take snapshots/,
+    );
+    assert.deepEqual((await h.call('GET', '/v1/instances/checkpoints', alice)).body.data.instances, []);
+    ok(await h.call('DELETE', '/v1/instances', alice, { uuid: live.uuid }));
     for (const id of [plain.uuid, withVol.uuid, g.uuid])
       ok(await h.call('DELETE', '/v1/instances', alice, { uuid: id }));
     await h.until(async () => (await h.daemon.store.read((tx) => tx.volumes.getAny(v.uuid)))?.instance_id === null);

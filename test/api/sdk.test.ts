@@ -1,7 +1,7 @@
 /**
  * The official JS SDK (`@unikraft/cloud`, pinned in devDependencies) drives a
  * real daemon unchanged, as a new user would: every call it offers, but the
- * checkpoints (not built yet) and the control plane's provisioning. Any SDK error fails the test. Machines are
+ * control plane's provisioning. Any SDK error fails the test. Machines are
  * simulated (the SDK sees the API only), volumes are real ext4 files; test/vm/sdk-boot.test.ts boots a
  * real guest through it.
  */
@@ -129,6 +129,16 @@ describe('instances', () => {
     const golden = await ukc.instances.create({ image: 'app:latest', name: 'golden', autostart: true, timeout_s: 5 });
     const made = await raw().instances.createTemplateInstances({ body: [{ name: 'golden', timeout_s: 5 }] });
     assert.equal(made.data?.instances?.[0]?.state, 'template');
+    // a suspended instance (its memory already in a snapshot) becomes a template at once
+    const dozer = await ukc.instances.create({ image: 'app:latest', name: 'dozer', autostart: true, timeout_s: 5 });
+    await ukc.instances.get({ uuid: dozer.uuid }).suspend();
+    for (let n = 0; n < 100 && (await ukc.instances.get({ uuid: dozer.uuid }).refresh()).state !== 'standby'; n++)
+      await new Promise((r) => setTimeout(r, 20));
+    const direct = await raw().instances.createTemplateInstances({ body: [{ uuid: dozer.uuid }] });
+    assert.equal(direct.data?.instances?.[0]?.state, 'template');
+    const asTemplate = (await h.call('GET', '/v1/instances', sdkToken, { uuid: dozer.uuid })).body.data.instances[0];
+    assert.deepEqual([asTemplate.state, asTemplate.snapshot.reason], ['template', 'template']);
+    await raw().instances.deleteTemplateInstanceByUuid(dozer.uuid);
     const listed = await raw().instances.getTemplateInstances();
     assert.deepEqual(
       listed.data?.instances?.map((i) => i.name),
@@ -151,6 +161,10 @@ describe('instances', () => {
     const stop = await raw().instances.stopInstances({ body: [{ uuid: golden.uuid }] });
     assert.match(stop.message ?? '', /'golden' is a template and is never stopped/);
 
+    // another user's template is not there for anyone else (as a missing one)
+    const eve = await h.user('eve');
+    const foreign = await h.call('POST', '/v1/instances', eve, { template: { uuid: golden.uuid }, autostart: true });
+    assert.match(foreign.text, /No template instance with UUID '[0-9a-f-]{36}'/);
     const copy = await ukc.instances.create({
       name: 'copy',
       template: { name: 'golden' },
@@ -172,6 +186,60 @@ describe('instances', () => {
     await raw().instances.deleteTemplateInstances({ body: [{ uuid: golden.uuid }] });
     assert.deepEqual((await raw().instances.getTemplateInstances()).data?.instances ?? [], []);
     await ukc.instances.get({ name: 'copy' }).delete();
+  });
+
+  test('checkpoints (raw client): take, list, get, update, history, create from one, delete', async () => {
+    const src = await ukc.instances.create({ image: 'app:latest', name: 'busy', autostart: true, timeout_s: 5 });
+    const made = await raw().instances.createCheckpointInstances({
+      body: [{ from: { name: 'busy' }, name: 'busy-1', tags: ['nightly'], timeout_s: 5 }],
+    });
+    assert.equal(made.status, 'success', JSON.stringify(made));
+    const ck = made.data!.instances![0]!;
+    assert.deepEqual([ck.name, ck.state], ['busy-1', 'checkpoint']);
+    await raw().instances.createCheckpointInstances({ body: [{ from: { uuid: src.uuid }, timeout_s: 5 }] });
+    const listed = await raw().instances.getCheckpointInstances();
+    assert.equal(listed.data?.instances?.length, 2);
+    const one = await raw().instances.getCheckpointInstanceByUuid(ck.uuid);
+    assert.deepEqual(one.data?.instances?.[0]?.tags, ['nightly']);
+    assert.equal(
+      (await ukc.instances.get({ uuid: src.uuid }).refresh()).state,
+      'running',
+      'the instance runs on after a checkpoint',
+    );
+    const hist = await raw().instances.getCheckpointHistory({ uuid: [src.uuid] });
+    const entries = hist.data?.instances?.[0]?.history ?? [];
+    assert.equal(entries.length, 2);
+    assert.equal(entries[0]!.name, 'busy-1');
+    const byUuid = await raw().instances.getCheckpointHistoryByUuid(src.uuid);
+    assert.deepEqual(byUuid.data?.instances?.[0]?.history, entries);
+    await raw().instances.updateCheckpointInstances({
+      body: [{ name: 'busy-1', prop: 'tags', op: 'add', value: ['kept'] }],
+    });
+    await raw().instances.updateCheckpointInstanceByUuid(ck.uuid, {
+      body: { prop: 'delete_lock', op: 'set', value: true },
+    });
+
+    const copy = await ukc.instances.create({
+      name: 'from-ck',
+      checkpoint: { name: 'busy-1' },
+      autostart: true,
+      timeout_s: 5,
+    });
+    assert.equal((await ukc.instances.get({ uuid: copy.uuid }).refresh()).state, 'running');
+
+    const locked = await raw().instances.deleteCheckpointInstanceByUuid(ck.uuid);
+    assert.match(locked.message ?? '', /'busy-1' has delete_lock set/);
+    await raw().instances.updateCheckpointInstances({
+      body: [{ uuid: ck.uuid, prop: 'delete_lock', op: 'set', value: false }],
+    });
+    await raw().instances.deleteCheckpointInstances({ body: [{ uuid: ck.uuid }] });
+    const left = (await raw().instances.getCheckpointInstances()).data?.instances ?? [];
+    for (const c of left) await raw().instances.deleteCheckpointInstanceByUuid(c.uuid!);
+    assert.deepEqual(
+      (await raw().instances.getCheckpointHistory({ uuid: [src.uuid] })).data?.instances?.[0]?.history,
+      [],
+    );
+    for (const n of ['from-ck', 'busy']) await ukc.instances.get({ name: n }).delete();
   });
 
   test('an unknown instance is a 404 UnikraftCloudError, not a crash', async () => {

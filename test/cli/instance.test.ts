@@ -130,14 +130,25 @@ describe('unihost instance (real CLI against a real daemon)', () => {
     assert.match(c.stdout, /^copy +[0-9a-f-]{36} +running +10\.\S+/m);
     const both = await cli('instance', 'create', '--template', 'golden', 'echo:latest');
     assert.equal(both.code, 2, both.stderr);
-    oneLine(both, /give an image, or --template NAME .*\(not both\)/);
+    oneLine(both, /give an image, or --template NAME .* or --checkpoint NAME to start from \(one of them\)/);
     const args = await cli('instance', 'create', '--template', 'golden', '-m', '256');
-    oneLine(args, /--template: arguments, --env, --memory and --volume are the template's/);
+    oneLine(args, /--template: arguments, --env, --memory and --volume are its own/);
     const again = await cli('instance', 'template', 'copy', 'nope');
     assert.equal(again.code, 3, `not found: ${again.stderr}`);
     assert.match(again.stdout, /^copy +running +template$/m, 'the one that could be made is shown');
     oneLine(again, /No instance with name 'nope'/);
-    for (const n of ['copy', 'golden']) assert.equal((await cli('instance', 'rm', n)).code, 0);
+    // a checkpoint of a running instance, and an instance from it
+    assert.equal((await cli('instance', 'create', '-n', 'live', '--start', 'echo:latest')).code, 0);
+    const ck = await cli('instance', 'checkpoint', 'live', '-n', 'copy-1');
+    assert.equal(ck.code, 0, ck.stderr);
+    assert.match(ck.stdout, /^copy-1 +[0-9a-f-]{36} +checkpoint$/m);
+    const fromCk = await cli('instance', 'create', '-n', 'again', '--checkpoint', 'copy-1', '--start');
+    assert.equal(fromCk.code, 0, fromCk.stderr);
+    assert.match(fromCk.stdout, /^again +[0-9a-f-]{36} +running/m);
+    const stopped = await cli('instance', 'checkpoint', 'golden');
+    oneLine(stopped, /instance 'golden' is template: a checkpoint is taken of a running instance/);
+    for (const n of ['again', 'copy-1', 'live', 'copy', 'golden'])
+      assert.equal((await cli('instance', 'rm', n)).code, 0);
   });
 
   test('logs prints the decoded console log; -n keeps the last lines', async () => {

@@ -40,6 +40,12 @@ export function simMachines(
       if (!i) return;
       const now = new Date(s.clock.now()).toISOString();
       if (i.state !== 'running') up.delete(i.id);
+      if (i.state === 'checkpoint' && i.snapshot?.pending) {
+        // a checkpoint asked for: "written" at once (a record, no file)
+        const { pending: _, ...written } = i.snapshot;
+        await tx.instances.updateStatus(i.id, { snapshot: { ...written, bytes: 4096, machine: 'sim', vmm: 'sim' } });
+        return;
+      }
       if (i.state === 'starting' && i.desired === 'running') {
         up.add(i.id);
         // fixed timings, so tests can tell developer-only fields from absent ones

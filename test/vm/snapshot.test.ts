@@ -15,6 +15,8 @@
  *   private address (translated on its tap), boot afresh once stopped, and
  *   outlive the template; a template of c-http gives clones that answer
  *   through the gateway without a boot banner;
+ * * a checkpoint of Linux http: the instance runs on with its count, an
+ *   instance created from the checkpoint starts from the count it had;
  * * Unikraft's c-http (UNIHOST_UNIKRAFT_DIR, default ../shared/unikraft;
  *   skipped with a message when absent): woken from its snapshot it answers
  *   through the gateway and prints no second boot banner.
@@ -91,6 +93,26 @@ if (!insideTestNetns()) {
       return (r.body.data.instances[0].history as Any[]).filter((e) => e.event === 'notice').map((e) => e.message);
     };
 
+    const agents: Agent[] = [];
+    const agentFor = (fqdn: string) => {
+      const a = new Agent({ connect: { ca, servername: fqdn } });
+      agents.push(a);
+      return a;
+    };
+    /** One counted request (a 503 before the gateway routes a new group is not counted by the guest). */
+    const served = async (fqdn: string): Promise<string> => {
+      const a = agentFor(fqdn);
+      let r = await viaGateway(fqdn, a);
+      if (r.status !== 200)
+        await poll(
+          `the gateway routes ${fqdn}`,
+          async () => (r = await viaGateway(fqdn, a)).status === 200,
+          10_000,
+          100,
+        );
+      return r.body;
+    };
+
     before(async () => {
       const log = pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' });
       h = await startHarness(
@@ -111,6 +133,7 @@ if (!insideTestNetns()) {
     });
 
     after(async () => {
+      for (const a of agents) await a.close();
       if (h) await closeVmHarness(h, [t]);
     });
 
@@ -248,88 +271,119 @@ if (!insideTestNetns()) {
         [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }],
         128,
       );
-      const agents: Agent[] = [];
-      const agentFor = (fqdn: string) => {
-        const a = new Agent({ connect: { ca, servername: fqdn } });
-        agents.push(a);
-        return a;
+      assert.equal(await served(tpl.fqdn), '1');
+      assert.equal(await served(tpl.fqdn), '2');
+      const made = await h.call('POST', '/v1/instances/templates', t, { name: 'tpl', timeout_s: 60 });
+      assert.equal(made.body.status, 'success', made.text);
+      assert.equal(made.body.data.instances[0].state, 'template', made.text);
+      const listed = await h.call('GET', '/v1/instances/templates', t);
+      assert.deepEqual(
+        listed.body.data.instances.map((i: Any) => i.name),
+        ['tpl'],
+        listed.text,
+      );
+      const asTemplate = await get('tpl');
+      assert.equal(asTemplate.snapshot.reason, 'template');
+      await poll('no QEMU for a template', async () => !vmRunning(tpl.uuid), 10_000, 50);
+      const start = await h.call('PUT', '/v1/instances/start', t, { name: 'tpl' });
+      assert.match(start.text, /instance 'tpl' is a template and is never started/);
+
+      const clone = async (name: string) => {
+        const r = await h.call('POST', '/v1/instances', t, {
+          name,
+          template: { name: 'tpl' },
+          service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
+          autostart: true,
+          wait_timeout_ms: 60_000,
+        });
+        assert.equal(r.body.status, 'success', r.text);
+        const e = r.body.data.instances[0];
+        assert.equal(e.state, 'running', r.text);
+        return { ...e, fqdn: e.service_group.domains[0].fqdn as string };
       };
-      /** One counted request (a 503 before the gateway routes a new group is not counted by the guest). */
-      const served = async (fqdn: string): Promise<string> => {
-        const a = agentFor(fqdn);
-        let r = await viaGateway(fqdn, a);
-        if (r.status !== 200)
-          await poll(
-            `the gateway routes ${fqdn}`,
-            async () => (r = await viaGateway(fqdn, a)).status === 200,
-            10_000,
-            100,
-          );
-        return r.body;
-      };
-      try {
-        assert.equal(await served(tpl.fqdn), '1');
-        assert.equal(await served(tpl.fqdn), '2');
-        const made = await h.call('POST', '/v1/instances/templates', t, { name: 'tpl', timeout_s: 60 });
-        assert.equal(made.body.status, 'success', made.text);
-        assert.equal(made.body.data.instances[0].state, 'template', made.text);
-        const listed = await h.call('GET', '/v1/instances/templates', t);
-        assert.deepEqual(
-          listed.body.data.instances.map((i: Any) => i.name),
-          ['tpl'],
-          listed.text,
-        );
-        const asTemplate = await get('tpl');
-        assert.equal(asTemplate.snapshot.reason, 'template');
-        await poll('no QEMU for a template', async () => !vmRunning(tpl.uuid), 10_000, 50);
-        const start = await h.call('PUT', '/v1/instances/start', t, { name: 'tpl' });
-        assert.match(start.text, /instance 'tpl' is a template and is never started/);
+      const t0 = Date.now();
+      const c1 = await clone('clone-1');
+      process.stderr.write(`clone of a Linux http template (128 MB), create -> running: ${Date.now() - t0} ms\n`);
+      const c2 = await clone('clone-2');
+      const ips = [tpl.private_ip, c1.private_ip, c2.private_ip];
+      assert.equal(new Set(ips).size, 3, `own addresses: ${ips.join(', ')}`);
+      assert.equal(await served(c1.fqdn), '3', "clone 1 goes on from the template's count");
+      assert.equal(await served(c2.fqdn), '3', 'clone 2 too: its own copy of the memory');
+      assert.equal(await served(c1.fqdn), '4');
+      // straight to the clone's own address, as the gateway and probes reach it: translated on its tap
+      const direct = await request(`http://${c2.private_ip}:8080/cgi-bin/count`, { headersTimeout: 10_000 });
+      assert.equal((await direct.body.text()).trim(), '4');
+      assert.equal(consoleOf(c1.uuid).match(/http: listening on/g), null, 'the clone never booted');
+      const i1 = await get('clone-1');
+      assert.equal(i1.snapshot, undefined, 'restored: nothing pending');
+      assert.ok(existsSync(snapshotFile(h.daemon.services.paths.instance(tpl.uuid))), "the template's file stays");
 
-        const clone = async (name: string) => {
-          const r = await h.call('POST', '/v1/instances', t, {
-            name,
-            template: { name: 'tpl' },
-            service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
-            autostart: true,
-            wait_timeout_ms: 60_000,
-          });
-          assert.equal(r.body.status, 'success', r.text);
-          const e = r.body.data.instances[0];
-          assert.equal(e.state, 'running', r.text);
-          return { ...e, fqdn: e.service_group.domains[0].fqdn as string };
-        };
-        const t0 = Date.now();
-        const c1 = await clone('clone-1');
-        process.stderr.write(`clone of a Linux http template (128 MB), create -> running: ${Date.now() - t0} ms\n`);
-        const c2 = await clone('clone-2');
-        const ips = [tpl.private_ip, c1.private_ip, c2.private_ip];
-        assert.equal(new Set(ips).size, 3, `own addresses: ${ips.join(', ')}`);
-        assert.equal(await served(c1.fqdn), '3', "clone 1 goes on from the template's count");
-        assert.equal(await served(c2.fqdn), '3', 'clone 2 too: its own copy of the memory');
-        assert.equal(await served(c1.fqdn), '4');
-        // straight to the clone's own address, as the gateway and probes reach it: translated on its tap
-        const direct = await request(`http://${c2.private_ip}:8080/cgi-bin/count`, { headersTimeout: 10_000 });
-        assert.equal((await direct.body.text()).trim(), '4');
-        assert.equal(consoleOf(c1.uuid).match(/http: listening on/g), null, 'the clone never booted');
-        const i1 = await get('clone-1');
-        assert.equal(i1.snapshot, undefined, 'restored: nothing pending');
-        assert.ok(existsSync(snapshotFile(h.daemon.services.paths.instance(tpl.uuid))), "the template's file stays");
+      // a clone stopped and started boots afresh on its own address
+      await h.call('PUT', '/v1/instances/stop', t, { name: 'clone-1' });
+      await inState('clone-1', 'stopped');
+      const st = await h.call('PUT', '/v1/instances/start', t, { name: 'clone-1', wait_timeout_ms: 60_000 });
+      assert.equal(st.body.data.instances[0].state, 'running', st.text);
+      assert.equal(await served(c1.fqdn), '1', 'a fresh boot');
 
-        // a clone stopped and started boots afresh on its own address
-        await h.call('PUT', '/v1/instances/stop', t, { name: 'clone-1' });
-        await inState('clone-1', 'stopped');
-        const st = await h.call('PUT', '/v1/instances/start', t, { name: 'clone-1', wait_timeout_ms: 60_000 });
-        assert.equal(st.body.data.instances[0].state, 'running', st.text);
-        assert.equal(await served(c1.fqdn), '1', 'a fresh boot');
+      // the template goes; the clone made from it keeps running
+      const del = await h.call('DELETE', '/v1/instances/templates', t, { name: 'tpl' });
+      assert.equal(del.body.status, 'success', del.text);
+      assert.equal(await served(c2.fqdn), '5');
+      assert.deepEqual(await notices('clone-2'), []);
+    });
 
-        // the template goes; the clone made from it keeps running
-        const del = await h.call('DELETE', '/v1/instances/templates', t, { name: 'tpl' });
-        assert.equal(del.body.status, 'success', del.text);
-        assert.equal(await served(c2.fqdn), '5');
-        assert.deepEqual(await notices('clone-2'), []);
-      } finally {
-        for (const a of agents) await a.close();
-      }
+    test('checkpoints of Linux http: the instance runs on; an instance from a checkpoint starts where it was', async () => {
+      const src = await create(
+        'ck-src',
+        'http:latest',
+        [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }],
+        128,
+      );
+      assert.equal(await served(src.fqdn), '1');
+      assert.equal(await served(src.fqdn), '2');
+      const t0 = Date.now();
+      const made = await h.call('POST', '/v1/instances/checkpoints', t, {
+        from: { name: 'ck-src' },
+        name: 'ck-1',
+        timeout_s: 60,
+      });
+      assert.equal(made.body.status, 'success', made.text);
+      process.stderr.write(`checkpoint of Linux http (128 MB), asked -> written: ${Date.now() - t0} ms\n`);
+      const ck = await get('ck-1');
+      assert.equal(ck.state, 'checkpoint');
+      assert.equal(ck.snapshot.pending, undefined);
+      assert.equal(ck.snapshot.taken_from, src.uuid);
+      assert.equal(statSync(snapshotFile(h.daemon.services.paths.instance(ck.uuid))).size, ck.snapshot.size_bytes);
+      assert.equal(await served(src.fqdn), '3', 'the instance ran on, its count kept');
+      assert.equal((await get('ck-src')).start_count, 1, 'not restarted');
+
+      const r = await h.call('POST', '/v1/instances', t, {
+        name: 'from-ck',
+        checkpoint: { name: 'ck-1' },
+        service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
+        autostart: true,
+        wait_timeout_ms: 60_000,
+      });
+      assert.equal(r.body.data.instances[0].state, 'running', r.text);
+      const copy = { ...r.body.data.instances[0], fqdn: r.body.data.instances[0].service_group.domains[0].fqdn };
+      assert.notEqual(copy.private_ip, src.private_ip);
+      assert.equal(await served(copy.fqdn), '3', 'from the checkpoint: the count it had then, plus this one');
+      assert.equal(await served(src.fqdn), '4', 'the two go on apart');
+      const hist = await h.call('GET', '/v1/instances/checkpoints/history', t, { name: 'ck-src' });
+      assert.deepEqual(
+        hist.body.data.instances[0].history.map((e: Any) => e.name),
+        ['ck-1'],
+        hist.text,
+      );
+      const del = await h.call('DELETE', '/v1/instances/checkpoints', t, { name: 'ck-1' });
+      assert.equal(del.body.status, 'success', del.text);
+      await poll(
+        'the checkpoint file goes with it',
+        async () => !existsSync(h.daemon.services.paths.instance(ck.uuid)),
+        10_000,
+        50,
+      );
+      assert.deepEqual(await notices('ck-src'), []);
     });
 
     test(

@@ -2,7 +2,7 @@ import { certificateEndpoints } from './certificates.js';
 import { imageEndpoints, imageStoreEndpoints } from './images.js';
 import { nodeEndpoints, notHereEndpoints } from './nodes.js';
 import { instanceEndpoints } from './instances.js';
-import { instanceTemplateEndpoints } from './instance-templates.js';
+import { instanceSnapshotEndpoints } from './instance-snapshots.js';
 import { serviceEndpoints } from './services.js';
 import { userEndpoints } from './users.js';
 import { volumeEndpoints } from './volumes.js';
@@ -13,7 +13,7 @@ import { volumeTemplateEndpoints } from './volume-templates.js';
 export const ENDPOINTS = [
   ...serviceEndpoints,
   ...instanceEndpoints,
-  ...instanceTemplateEndpoints,
+  ...instanceSnapshotEndpoints,
   ...volumeTemplateEndpoints,
   ...volumeEndpoints,
   ...updateEndpoints,

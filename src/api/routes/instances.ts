@@ -9,8 +9,10 @@ import type { InstanceState } from '../../store/types.js';
 
 const P = 'instances';
 export const InstanceStateSchema = Type.Union(
-  ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby', 'template'].map((s) => Type.Literal(s)),
-  { errorMessage: 'expected one of stopped, starting, running, draining, stopping, standby, template' },
+  ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby', 'template', 'checkpoint'].map((s) =>
+    Type.Literal(s),
+  ),
+  { errorMessage: 'expected one of stopped, starting, running, draining, stopping, standby, template, checkpoint' },
 );
 
 const VolumeSpec = Type.Object(
@@ -28,6 +30,8 @@ const CreateBody = Type.Object(
   {
     name: Opt(Name()),
     image: Opt(Str('Image reference (tag or digest); or give template.', { minLength: 1, maxLength: 512 })),
+    checkpoint: Opt(Ref('checkpoint to start from instead of an image (docs/snapshots.md)')),
+    branch_from: Opt(Ref('instance to branch from (not supported: take a checkpoint, create from it)')),
     template: Opt(
       Type.Object(
         {

@@ -9,6 +9,7 @@ import { UsageError } from '../shared/exit.js';
 interface CreateOpts {
   name?: string;
   template?: string;
+  checkpoint?: string;
   memory?: string;
   env: string[];
   port: string[];
@@ -31,16 +32,21 @@ function volumeSpec(v: string): NonNullable<CreateParams['volumes']>[number] {
 }
 
 export function createParams(image: string | undefined, args: string[], o: CreateOpts): CreateParams {
-  if ((image === undefined) === (o.template === undefined))
-    throw new UsageError('give an image, or --template NAME to start from a template instance (not both)');
-  if (
-    o.template !== undefined &&
-    (args.length > 0 || o.env.length > 0 || o.memory !== undefined || o.volume.length > 0)
-  )
+  const from = o.template !== undefined ? '--template' : o.checkpoint !== undefined ? '--checkpoint' : null;
+  if ([image, o.template, o.checkpoint].filter((x) => x !== undefined).length !== 1)
     throw new UsageError(
-      "--template: arguments, --env, --memory and --volume are the template's (its memory was booted with them)",
+      'give an image, or --template NAME (a template instance) or --checkpoint NAME to start from (one of them)',
     );
-  const p: CreateParams = image !== undefined ? { image } : { template: { name: o.template! } };
+  if (from && (args.length > 0 || o.env.length > 0 || o.memory !== undefined || o.volume.length > 0))
+    throw new UsageError(
+      `${from}: arguments, --env, --memory and --volume are its own (its memory was booted with them)`,
+    );
+  const p: CreateParams =
+    image !== undefined
+      ? { image }
+      : o.template !== undefined
+        ? { template: { name: o.template } }
+        : { checkpoint: { name: o.checkpoint! } };
   if (o.name !== undefined) p.name = o.name;
   if (args.length > 0) p.args = args;
   if (o.env.length > 0) p.env = keyValues('--env', o.env);
@@ -90,6 +96,7 @@ export function registerInstanceCreate(instance: Command): void {
     .argument('[args...]', 'application arguments (put them after -- when they start with -)')
     .option('-n, --name <name>', 'instance name (default <app>-<random>)')
     .option('-t, --template <name>', "start from this template instance's memory instead of booting an image")
+    .option('--checkpoint <name>', "start from this checkpoint's memory instead of booting an image")
     .option('-m, --memory <MB>', 'memory in MiB (default 128)')
     .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collect, [])
     .option(
@@ -110,7 +117,7 @@ export function registerInstanceCreate(instance: Command): void {
     .action(async (image: string | undefined, args: string[], o: CreateOpts, c: Command) => {
       const ctx = ctxOf(c);
       const p = createParams(image, args, o);
-      const what = p.name ?? image ?? `a copy of ${o.template}`;
+      const what = p.name ?? image ?? `a copy of ${o.template ?? o.checkpoint}`;
       const created = await withSpinner(
         p.autostart && p.wait_timeout_ms ? `creating and starting ${what}` : `creating ${what}`,
         () => ctx.client.instances.create(p),

@@ -10,7 +10,7 @@ import { registerInstanceStop, registerInstanceSuspend } from './stop.js';
 import { registerInstanceWait } from './wait.js';
 import { registerInstanceUpdate } from './update.js';
 import { registerInstanceHistory } from './history.js';
-import { registerInstanceTemplate } from './template.js';
+import { registerInstanceCheckpoint, registerInstanceTemplate } from './template.js';
 
 /** `unihost instance ...`: instances through the API (like `kraft cloud instance`). */
 export function registerInstance(program: Command): void {
@@ -25,6 +25,7 @@ export function registerInstance(program: Command): void {
   registerInstanceStop(instance);
   registerInstanceSuspend(instance);
   registerInstanceTemplate(instance);
+  registerInstanceCheckpoint(instance);
   registerInstanceWait(instance);
   registerInstanceUpdate(instance);
   registerInstanceHistory(instance);

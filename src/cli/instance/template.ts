@@ -5,6 +5,7 @@ import { ctxOf, examples } from '../shared/context.js';
 import { durationMs } from '../shared/parse.js';
 import { withSpinner } from '../shared/spinner.js';
 import { transitionsTable } from './stop.js';
+import { listTable } from '../shared/output.js';
 
 /** `unihost instance template`: makes instances templates (docs/snapshots.md, "Templates"). */
 export function registerInstanceTemplate(instance: Command): void {
@@ -29,5 +30,39 @@ export function registerInstanceTemplate(instance: Command): void {
   examples(cmd, [
     'unihost instance template web-golden',
     'unihost instance create -n web-2 --template web-golden -p 443:8080 --start',
+  ]);
+}
+
+/** `unihost instance checkpoint`: the memory of a running instance, kept (docs/snapshots.md, "Checkpoints"). */
+export function registerInstanceCheckpoint(instance: Command): void {
+  const cmd = instance
+    .command('checkpoint')
+    .description(
+      "keep the memory of a running instance as a checkpoint (it runs on); 'create --checkpoint' starts new instances from it",
+    )
+    .argument('<instance>', 'name or UUID')
+    .option('-n, --name <name>', 'name of the checkpoint (default <instance>-ckpt-<random>)')
+    .option('-w, --wait <duration>', 'longest wait until it is written (0: do not wait)', '60s')
+    .action(async (name: string, o: { name?: string; wait: string }, c: Command) => {
+      const ctx = ctxOf(c);
+      const waitS = Math.ceil(durationMs('--wait', o.wait) / 1000);
+      const made = await withSpinner(`taking a checkpoint of ${name}`, () =>
+        ctx.client.instances.checkpoint(ref(name), { name: o.name, ...(waitS > 0 ? { timeoutS: waitS } : {}) }),
+      );
+      ctx.print(made, () =>
+        listTable(
+          made,
+          [
+            { header: 'NAME', value: (i) => i.name },
+            { header: 'UUID', value: (i) => i.uuid },
+            { header: 'STATE', value: (i) => String((i as { state?: string }).state ?? '') },
+          ],
+          'nothing made',
+        ),
+      );
+    });
+  examples(cmd, [
+    'unihost instance checkpoint web -n web-before-upgrade',
+    'unihost instance create -n web-copy --checkpoint web-before-upgrade -p 443:8080 --start',
   ]);
 }

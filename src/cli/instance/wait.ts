@@ -7,7 +7,7 @@ import { durationMs } from '../shared/parse.js';
 import { withSpinner } from '../shared/spinner.js';
 import { transitionsTable } from './stop.js';
 
-const STATES = ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby', 'template'];
+const STATES = ['stopped', 'starting', 'running', 'draining', 'stopping', 'standby', 'template', 'checkpoint'];
 
 export function registerInstanceWait(instance: Command): void {
   const cmd = instance

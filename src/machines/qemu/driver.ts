@@ -236,14 +236,14 @@ export class QemuDriver implements MachineDriver {
         }, 50);
       });
       this.onEvent(vm.id, { type: 'loaded', at: Date.now() });
-      if (vm.restoring) await this.resume(vm, q);
+      if (vm.restoring) await this.resumeLoaded(vm, q);
     } catch (e) {
       this.o.log?.({ id: vm.id, err: e }, 'QMP connection failed');
     }
   }
 
   /** A VM booted from a snapshot: resumed once loaded; its init and ready are that moment (the guest booted long ago). */
-  private async resume(vm: Vm, q: QmpClient): Promise<void> {
+  private async resumeLoaded(vm: Vm, q: QmpClient): Promise<void> {
     try {
       await resumeRestored(q, 30_000);
     } catch (e) {
@@ -264,6 +264,13 @@ export class QemuDriver implements MachineDriver {
     const socket = snapshotSocket(this.o.confine === false ? null : jailRoot(vm.dir), vm.dir);
     // the guest stays paused: the caller ends the VM once the snapshot is recorded
     return writeSnapshot(vm.qmp, { path, socket, uid: vm.uid });
+  }
+
+  async resume(id: string): Promise<void> {
+    const vm = this.vms.get(id);
+    if (!vm || vm.exited || !vm.qmp) throw new Error('the VM is not running');
+    // after an outgoing migration QEMU is `postmigrate`; `cont` re-activates its disks and runs the guest
+    await vm.qmp.execute('cont');
   }
 
   /**

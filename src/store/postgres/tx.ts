@@ -216,7 +216,7 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       (
         await q(
           `SELECT count(*)::int AS vms, coalesce(sum(memory_mb),0)::int AS memory_mb
-             FROM instances JOIN instance_status USING (id) WHERE state NOT IN ('stopped', 'template')`,
+             FROM instances JOIN instance_status USING (id) WHERE state NOT IN ('stopped', 'template', 'checkpoint')`,
         )
       )[0] as { vms: number; memory_mb: number },
     ipTaken: async (ip) => (await q('SELECT 1 FROM instances WHERE private_ip=$1', [ip])).length > 0,
@@ -426,9 +426,9 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
 const USAGE_SQL = `SELECT
   (SELECT count(*)::int FROM instances WHERE user_id=$1) AS instances,
   (SELECT count(*)::int FROM instances JOIN instance_status USING (id)
-     WHERE user_id=$1 AND state NOT IN ('stopped', 'template')) AS live_instances,
+     WHERE user_id=$1 AND state NOT IN ('stopped', 'template', 'checkpoint')) AS live_instances,
   (SELECT coalesce(sum(memory_mb),0)::int FROM instances JOIN instance_status USING (id)
-     WHERE user_id=$1 AND state NOT IN ('stopped', 'template')) AS live_memory_mb,
+     WHERE user_id=$1 AND state NOT IN ('stopped', 'template', 'checkpoint')) AS live_memory_mb,
   (SELECT count(*)::int FROM service_groups WHERE user_id=$1) AS service_groups,
   (SELECT coalesce(sum(jsonb_array_length(services)),0)::int FROM service_groups WHERE user_id=$1) AS services,
   (SELECT count(*)::int FROM volumes WHERE user_id=$1) AS volumes,

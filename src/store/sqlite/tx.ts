@@ -254,7 +254,7 @@ export function makeTx(
     hostLive: async () =>
       prep(
         `SELECT count(*) AS vms, coalesce(sum(memory_mb),0) AS memory_mb FROM instances
-           JOIN instance_status USING (id) WHERE state NOT IN ('stopped', 'template')`,
+           JOIN instance_status USING (id) WHERE state NOT IN ('stopped', 'template', 'checkpoint')`,
       ).get() as { vms: number; memory_mb: number },
     ipTaken: async (ip) => prep('SELECT 1 FROM instances WHERE private_ip=?').get(ip) !== undefined,
     lastIp: async () =>
@@ -451,9 +451,9 @@ const PRUNE_SQL = `DELETE FROM events WHERE at < $1
 
 const USAGE_SQL = `SELECT
   (SELECT count(*) FROM instances WHERE user_id=@u) AS instances,
-  (SELECT count(*) FROM instances JOIN instance_status USING (id) WHERE user_id=@u AND state NOT IN ('stopped', 'template')) AS live_instances,
+  (SELECT count(*) FROM instances JOIN instance_status USING (id) WHERE user_id=@u AND state NOT IN ('stopped', 'template', 'checkpoint')) AS live_instances,
   (SELECT coalesce(sum(memory_mb),0) FROM instances JOIN instance_status USING (id)
-     WHERE user_id=@u AND state NOT IN ('stopped', 'template')) AS live_memory_mb,
+     WHERE user_id=@u AND state NOT IN ('stopped', 'template', 'checkpoint')) AS live_memory_mb,
   (SELECT count(*) FROM service_groups WHERE user_id=@u) AS service_groups,
   (SELECT coalesce(sum(json_array_length(services)),0) FROM service_groups WHERE user_id=@u) AS services,
   (SELECT count(*) FROM volumes WHERE user_id=@u) AS volumes,

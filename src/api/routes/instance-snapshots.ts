@@ -1,0 +1,157 @@
+import { Type } from '@sinclair/typebox';
+import { endpoint } from '../endpoint.js';
+import { Name, Opt, Ref, Summary, TimeoutS, UpdateParams, UpdateResult } from '../schemas/common.js';
+import type { UpdateIn } from '../../domain/updates.js';
+import { err } from '../../errors.js';
+import { timeoutOf } from './instances.js';
+
+const P = 'instances';
+/** What a template's PATCH names (the SDK's MutableTemplateInstanceProperty; autokill is refused with why). */
+const TEMPLATE_PROPS = ['tags', 'delete_lock', 'autokill', 'annotations'] as const;
+
+/** Instance templates and checkpoints (docs/snapshots.md): the SDK's /v1/instances/templates and /checkpoints calls. */
+export const instanceSnapshotEndpoints = [
+  endpoint({
+    method: 'POST',
+    path: '/v1/instances/templates',
+    plural: P,
+    summary:
+      'Make instances templates: a running instance is paused, its memory kept in a snapshot and its VM ended; a suspended one becomes a template at once. Instances created with `template` start from that memory (no boot), each with its own name, private IP and MAC.',
+    target: 'required',
+    batch: true,
+    params: Type.Object(
+      {
+        timeout_s: TimeoutS('the wait'),
+        autokill: Opt(Type.Object({}, { additionalProperties: true, description: 'Refused when it sets a time.' })),
+      },
+      { additionalProperties: false },
+    ),
+    check: (p) => {
+      const ak = p.autokill as { time_ms?: number } | undefined;
+      if ((ak?.time_ms ?? 0) > 0)
+        throw err('UH_INVALID', "parameter 'autokill': templates are not deleted after a time unused here");
+    },
+    handle: async (ctx, e) =>
+      ctx.services.instances.makeTemplate(ctx.user, e.target!, timeoutOf(e.params, 'timeout_ms'), ctx.signal),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'GET',
+    path: '/v1/instances/templates',
+    localPath: '/v1/instances/templates/:uuid',
+    plural: P,
+    summary: 'Template instances; with no selection, all of them, paged by count/from.',
+    target: 'required',
+    batch: true,
+    params: Type.Object({}),
+    list: (ctx) => ctx.services.instances.list(ctx.user, 'template'),
+    handle: async (ctx, e, q) => ctx.services.instances.getTemplate(ctx.user, e.target!, q.details !== false),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'PATCH',
+    path: '/v1/instances/templates',
+    localPath: '/v1/instances/templates/:uuid',
+    plural: P,
+    summary: 'Update templates: tags, annotations and delete_lock.',
+    target: 'required',
+    batch: true,
+    params: UpdateParams(TEMPLATE_PROPS),
+    handle: async (ctx, e) => ctx.services.instances.updateTemplate(ctx.user, e.target!, e.params as UpdateIn),
+    response: UpdateResult,
+  }),
+  endpoint({
+    method: 'DELETE',
+    path: '/v1/instances/templates',
+    localPath: '/v1/instances/templates/:uuid',
+    plural: P,
+    summary:
+      'Delete templates (refused while delete_lock is set). Instances made from one keep running; one not started yet boots afresh.',
+    target: 'required',
+    batch: true,
+    params: Type.Object({}),
+    handle: async (ctx, e) => ctx.services.instances.deleteTemplate(ctx.user, e.target!),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'POST',
+    path: '/v1/instances/checkpoints',
+    plural: P,
+    summary:
+      'Take checkpoints of running instances: each pauses for the time its memory is written, then runs on; the checkpoint (state checkpoint) keeps that memory, and instances created with `checkpoint` start from it (docs/snapshots.md).',
+    target: 'none',
+    batch: true,
+    params: Type.Object(
+      {
+        from: Ref('instance'),
+        name: Opt(Name('Name of the checkpoint (default <instance>-ckpt-<random>).')),
+        tags: Opt(Type.Array(Type.String({ maxLength: 128 }), { maxItems: 64 })),
+        timeout_s: TimeoutS('the wait'),
+        autokill: Opt(Type.Object({}, { additionalProperties: true, description: 'Refused when it sets a time.' })),
+      },
+      { additionalProperties: false },
+    ),
+    check: (p) => {
+      const ak = p.autokill as { time_ms?: number } | undefined;
+      if ((ak?.time_ms ?? 0) > 0)
+        throw err('UH_INVALID', "parameter 'autokill': checkpoints are not deleted after a time unused here");
+    },
+    handle: async (ctx, e) =>
+      ctx.services.instances.createCheckpoint(
+        ctx.user,
+        { from: e.params.from, name: e.params.name, tags: e.params.tags },
+        timeoutOf(e.params, 'timeout_ms'),
+        ctx.signal,
+      ),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'GET',
+    path: '/v1/instances/checkpoints/history',
+    localPath: '/v1/instances/checkpoints/:uuid/history',
+    plural: P,
+    summary: 'The checkpoints kept of instances (by the instance), oldest first.',
+    target: 'required',
+    batch: true,
+    params: Type.Object({}),
+    handle: async (ctx, e) => ctx.services.instances.checkpointHistory(ctx.user, e.target!),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'GET',
+    path: '/v1/instances/checkpoints',
+    localPath: '/v1/instances/checkpoints/:uuid',
+    plural: P,
+    summary: 'Checkpoints; with no selection, all of them, paged by count/from.',
+    target: 'required',
+    batch: true,
+    params: Type.Object({}),
+    list: (ctx) => ctx.services.instances.list(ctx.user, 'checkpoint'),
+    handle: async (ctx, e, q) => ctx.services.instances.getCheckpoint(ctx.user, e.target!, q.details !== false),
+    response: Summary,
+  }),
+  endpoint({
+    method: 'PATCH',
+    path: '/v1/instances/checkpoints',
+    localPath: '/v1/instances/checkpoints/:uuid',
+    plural: P,
+    summary: 'Update checkpoints: tags, annotations and delete_lock.',
+    target: 'required',
+    batch: true,
+    params: UpdateParams(TEMPLATE_PROPS),
+    handle: async (ctx, e) => ctx.services.instances.updateCheckpoint(ctx.user, e.target!, e.params as UpdateIn),
+    response: UpdateResult,
+  }),
+  endpoint({
+    method: 'DELETE',
+    path: '/v1/instances/checkpoints',
+    localPath: '/v1/instances/checkpoints/:uuid',
+    plural: P,
+    summary: 'Delete checkpoints (refused while delete_lock is set). Instances started from one keep running.',
+    target: 'required',
+    batch: true,
+    params: Type.Object({}),
+    handle: async (ctx, e) => ctx.services.instances.deleteCheckpoint(ctx.user, e.target!),
+    response: Summary,
+  }),
+];
