@@ -42,6 +42,12 @@ export interface MachineSpec {
    * must be what it was when the snapshot was taken.
    */
   restore?: string;
+  /**
+   * Adoption of the VM of a running instance: if it is paused (a daemon
+   * killed while it took a checkpoint, which pauses the VM for the write),
+   * it runs on; a VM that runs already is left as it is.
+   */
+  resumePaused?: boolean;
 }
 
 /** What the daemon persists to adopt a running VM after a restart. */

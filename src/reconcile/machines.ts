@@ -162,6 +162,8 @@ export class MachineController implements Controller {
           ...(rt.restored && inst.state === 'starting'
             ? { restore: snapshotFile(inst.snapshot?.source ? this.s.paths.instance(inst.snapshot.source) : dir) }
             : {}),
+          // a running instance's VM a checkpoint had paused when the last daemon died runs on
+          ...(inst.state === 'running' || inst.state === 'draining' ? { resumePaused: true } : {}),
         } as MachineSpec;
         const alive = await this.driver.adopt(spec, rt as RuntimeRec);
         if (alive) this.vmVolumes.track(inst.id, await this.volumeIds(inst.id));

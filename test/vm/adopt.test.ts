@@ -1,8 +1,9 @@
 /**
  * Crash-only daemon: the real CLI daemon (`unihost serve`) is killed with
  * SIGKILL while VMs run; the VMs keep running, and the next daemon adopts
- * them (state, log, QMP control). A VM that vanished while the daemon was
- * down ends up stopped with an honest reason.
+ * them (state, log, QMP control); one a checkpoint had paused runs on. A VM
+ * that vanished while the daemon was down ends up stopped with an honest
+ * reason.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,6 +18,8 @@ import { pathsFor } from '../../src/paths.js';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
 import { overwrite } from '../../src/reconcile/testing/machine-world.js';
 import { alive, guestOut, killLeaks, poll, qemuProcs, ROOT } from '../helpers/vm.js';
+import { QmpClient } from '../../src/machines/qemu/qmp.js';
+import { runtimeFiles } from '../../src/machines/qemu/argv.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -202,6 +205,33 @@ test('what the VM wrote to its volume across the kill -9 is read by another inst
     /adopt me/.test(await logText('reader')),
   );
   await one('DELETE', `/v1/instances/${ids.reader}`);
+});
+
+test('a VM a checkpoint had paused when the daemon died runs on once adopted', async () => {
+  const e = await one('POST', '/v1/instances', {
+    name: 'napper',
+    image: 'echo:latest',
+    autostart: true,
+    wait_timeout_ms: 180_000,
+  });
+  ids.napper = e.uuid;
+  await poll('echo runs', async () => /echo: running/.test(await logText('napper')));
+  await kill9();
+  // what a daemon killed in the middle of a checkpoint leaves: the VM paused (QMP stop), nobody to resume it
+  const q = await QmpClient.connect(runtimeFiles(join(dir, 'instances', ids.napper!)).qmp, 10_000);
+  await q.execute('stop');
+  assert.equal(((await q.execute('query-status')) as { status: string }).status, 'paused');
+  q.close();
+
+  await startDaemon();
+  // a paused guest would not see the power button: the stop would end forced, after the stop timeout
+  await one('PUT', `/v1/instances/${ids.napper}/stop`);
+  const w = await one('GET', '/v1/instances/wait', { uuid: ids.napper, state: 'stopped', timeout_ms: 60_000 });
+  assert.equal(w.state, 'stopped');
+  const s = await one('GET', `/v1/instances/${ids.napper}`);
+  assert.deepEqual([s.stop_reason, s.exit_code, s.stop_code], [15, 0, 0], 'a clean stop: the guest ran again');
+  assert.match(await logText('napper'), /echo: SIGTERM, exiting/);
+  await one('DELETE', `/v1/instances/${ids.napper}`);
 });
 
 test('a VM killed while the daemon is down → stopped with an honest reason and a log line', async () => {

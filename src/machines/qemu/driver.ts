@@ -57,6 +57,8 @@ interface Vm {
   seen: { init: boolean; ready: boolean };
   /** booted from a snapshot: resumed once QEMU has loaded it (no boot banner, no control lines to wait for) */
   restoring: boolean;
+  /** adopted for a running instance: `cont` once QMP answers (MachineSpec.resumePaused) */
+  resumePaused: boolean;
   console: ConsoleLog;
   /** console bytes of this boot (for the crash cause), capped */
   bootConsole: string;
@@ -199,6 +201,7 @@ export class QemuDriver implements MachineDriver {
       seen: { init: false, ready: false },
       // adopted too: a daemon killed mid-restore leaves a VM that may still wait to be resumed
       restoring: !!spec.restore,
+      resumePaused: !!spec.resumePaused,
       console: new ConsoleLog(this.o.logDir(spec.id)),
       bootConsole: '',
       serialOffset: adopted ? savedSerialPos(spec.dir) : 0,
@@ -237,6 +240,11 @@ export class QemuDriver implements MachineDriver {
       });
       this.onEvent(vm.id, { type: 'loaded', at: Date.now() });
       if (vm.restoring) await this.resumeLoaded(vm, q);
+      // `cont` of a running guest changes nothing; of one a checkpoint left paused, it runs on
+      else if (vm.resumePaused)
+        await q
+          .execute('cont')
+          .catch((e: Error) => this.o.log?.({ id: vm.id, err: e.message }, 'cont of an adopted VM failed'));
     } catch (e) {
       this.o.log?.({ id: vm.id, err: e }, 'QMP connection failed');
     }
