@@ -117,6 +117,11 @@ function globalSection(s: PlaneState, f: PlaneFiles): string[] {
     // a half-closed server side (a guest that never closes after the client left) ends too
     `  timeout server-fin 5s`,
     '  option dontlognull',
+    // On a reload the old worker keeps idle kept-alive connections until their next request, answered
+    // with `Connection: close`, instead of closing them under clients that may be sending on them
+    // (which then see a cut connection: the soak found it). Bounded by the keep-alive timeout and
+    // hard-stop-after. TCP proxies ignore it.
+    '  option idle-close-on-response',
     '',
   ];
 }

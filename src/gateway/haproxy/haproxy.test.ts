@@ -514,6 +514,45 @@ describe('gateway on HAProxy: reloads are bounded', () => {
     }
   });
 
+  test('a kept-alive HTTP connection idle across a reload is not cut: its next request is answered, with Connection: close', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-idle-'));
+    const a = await backendPair('http', 'K');
+    const table = new BackendTable();
+    await table.set('gK', a);
+    const plane = await testPlane(dir, table, { minReloadGapMs: 0 });
+    const name = `keep-1.${METRO}`;
+    const s = new net.Socket();
+    try {
+      const routes = [route('gK', 80, a[0].port, ['http'], [name])];
+      await plane.setRoutes(routes);
+      s.connect(plane.boundPort(80)!, '127.0.0.1');
+      await new Promise((r) => s.once('connect', r));
+      let ended = false;
+      s.once('end', () => (ended = true));
+      const ask = () => s.write(`GET / HTTP/1.1\r\nHost: ${name}\r\n\r\n`);
+      // a whole answer (the backend's body is chunked)
+      const answer = (text: string) => /x-backend: K[\s\S]*\r\n0\r\n\r\n$/.test(text);
+      ask();
+      assert.match(await readUntil(s, answer), /^HTTP\/1\.1 200/);
+      const pid = await plane.workerPid();
+      // a reload (a new port) while the connection is idle: the old worker is soft-stopped
+      routes.push(route('gK', 8080, a[0].port, ['http'], [name]));
+      for (const r of await plane.setRoutes(routes)) assert.equal(r.error, undefined);
+      assert.notEqual(await plane.workerPid(), pid, 'reloaded');
+      await new Promise((r) => setTimeout(r, 500));
+      assert.equal(ended, false, 'the old worker did not close the idle connection under the client');
+      ask();
+      const second = await readUntil(s, answer);
+      assert.match(second, /^HTTP\/1\.1 200/, second);
+      assert.match(second, /\r\nconnection: close\r\n/i, 'told not to reuse it');
+    } finally {
+      s.destroy();
+      await plane.close();
+      for (const x of a) await x.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   test('a burst of route tables is applied as the newest one: one or two reloads, not one each', async () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-burst-'));
     const t = await backendPair('tcp', 'X');
