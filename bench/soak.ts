@@ -1,0 +1,339 @@
+/**
+ * bench/soak: the daemon under mixed load for a long time; its resources
+ * must stay flat (issue 26, "Soak").
+ *
+ *   npx tsx bench/soak.ts [--minutes 60] [--sample-s 30] [--check]
+ *
+ * Runs the real daemon (`unihost serve`, a process of its own so that its
+ * figures are its own) with the private network, the HAProxy gateway and
+ * QEMU (TCG), inside a network namespace it creates and deletes, with
+ * Unikraft's c-http (UNIHOST_UNIKRAFT_DIR, default ../shared/unikraft) and
+ * the Linux test images. For `--minutes`, side by side:
+ *   - API traffic: list, get, create and delete of stopped instances, tag
+ *     updates, history (a few calls every 100 ms);
+ *   - boots: a c-http instance with a new service group is created started,
+ *     answers through the gateway and is deleted, again and again;
+ *   - wakes: two c-http scale-to-zero masters (one stateful) are asked
+ *     through the gateway every 2 s, so they sleep and wake all the time;
+ *   - gateway load: 4 loops of keep-alive HTTPS requests to a running c-http.
+ * Every `--sample-s` it reads the daemon's RSS, open file descriptors and
+ * TCP sockets, HAProxy's processes and descriptors, the QEMU processes and
+ * the data dir's disk use. At the end the load stops, the instances it
+ * made are deleted, and the same figures are read once settled.
+ * `--check` (the short form CI runs, test/vm/soak.test.ts) exits 1 when a
+ * count that must come back (descriptors, sockets, HAProxy processes, QEMUs,
+ * disk) did not; RSS is reported, not judged (it is a figure for docs).
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { Agent, request } from 'undici';
+import { runFileInNewNetns } from '../test/helpers/netns.js';
+import { guestOut, qemuProcs, ROOT } from '../test/helpers/vm.js';
+import { apiCaller } from './boot-unikraft.js';
+
+const { values } = parseArgs({
+  options: {
+    minutes: { type: 'string', default: '60' },
+    'sample-s': { type: 'string', default: '30' },
+    check: { type: 'boolean', default: false },
+  },
+});
+const MINUTES = Number(values.minutes);
+const SAMPLE_MS = Number(values['sample-s']) * 1000;
+const UK = process.env.UNIHOST_UNIKRAFT_DIR ?? join(ROOT, '..', 'shared', 'unikraft');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+interface Sample {
+  at: number;
+  rssMb: number;
+  fds: number;
+  sockets: number;
+  haproxyProcs: number;
+  haproxyFds: number;
+  qemus: number;
+  diskMb: number;
+}
+
+/** The open descriptors of `pid` and how many are sockets. */
+function fdsOf(pid: number): { fds: number; sockets: number } {
+  let fds = 0;
+  let sockets = 0;
+  for (const f of readdirSync(`/proc/${pid}/fd`)) {
+    fds++;
+    try {
+      if (readlinkSync(`/proc/${pid}/fd/${f}`).startsWith('socket:')) sockets++;
+    } catch {
+      /* closed meanwhile */
+    }
+  }
+  return { fds, sockets };
+}
+
+/** HAProxy processes of this data dir (master and workers) and their descriptors. */
+function haproxyOf(dataDir: string): { procs: number; fds: number } {
+  let procs = 0;
+  let fds = 0;
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    const cmd = (() => {
+      try {
+        return readFileSync(`/proc/${e}/cmdline`, 'utf8');
+      } catch {
+        return '';
+      }
+    })();
+    if (!cmd.startsWith('/usr/sbin/haproxy') || !cmd.includes(dataDir)) continue;
+    procs++;
+    try {
+      fds += fdsOf(Number(e)).fds;
+    } catch {
+      /* gone */
+    }
+  }
+  return { procs, fds };
+}
+
+function sample(pid: number, dataDir: string, t0: number): Sample {
+  const rss = Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+  const { fds, sockets } = fdsOf(pid);
+  const hp = haproxyOf(dataDir);
+  const du = Number(execFileSync('du', ['-sb', dataDir], { encoding: 'utf8' }).split('\t')[0]);
+  return {
+    at: Math.round((Date.now() - t0) / 1000),
+    rssMb: Math.round(rss / 1024),
+    fds,
+    sockets,
+    haproxyProcs: hp.procs,
+    haproxyFds: hp.fds,
+    qemus: qemuProcs([dataDir]).length,
+    diskMb: Math.round(du / 2 ** 20),
+  };
+}
+
+const row = (s: Sample) =>
+  `${String(s.at).padStart(6)} s  rss ${String(s.rssMb).padStart(4)} MB  fds ${String(s.fds).padStart(4)}  sockets ${String(s.sockets).padStart(4)}  haproxy ${s.haproxyProcs} procs ${String(s.haproxyFds).padStart(4)} fds  qemus ${String(s.qemus).padStart(2)}  disk ${s.diskMb} MB`;
+
+async function freePort(): Promise<number> {
+  const s = createServer().listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  const p = (s.address() as { port: number }).port;
+  s.close();
+  return p;
+}
+
+async function inner(): Promise<number> {
+  const kernel = join(UK, 'c-http_qemu-x86_64');
+  if (!existsSync(kernel)) {
+    console.log(`# bench/soak: no c-http kernel in ${UK} (set UNIHOST_UNIKRAFT_DIR); skipped`);
+    return 0;
+  }
+  if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
+    execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
+  const dataDir = mkdtempSync(join(tmpdir(), 'unihost-soak-'));
+  const env = { ...process.env, UNIHOST_ACCEL: 'tcg', UNIHOST_LOG_LEVEL: 'warn' };
+  const cli = (...args: string[]): string =>
+    execFileSync(process.execPath, [join(ROOT, 'bin', 'unihost.js'), ...args, '--data-dir', dataDir], {
+      cwd: ROOT,
+      env,
+      encoding: 'utf8',
+    });
+  cli('image', 'import-guest', guestOut());
+  cli(
+    'image',
+    'import',
+    'c-http:latest',
+    '--kernel',
+    kernel,
+    '--port',
+    '8080',
+    '--machine',
+    'pc',
+    '--firmware',
+    'seabios',
+  );
+  const token = cli('admin', 'user', 'create', 'soak', '--quiet').trim();
+  const port = await freePort();
+  const log = openSync(join(dataDir, 'daemon.log'), 'a');
+  const daemon: ChildProcess = spawn(
+    process.execPath,
+    [join(ROOT, 'bin', 'unihost.js'), 'serve', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`],
+    { cwd: ROOT, env, stdio: ['ignore', log, log] },
+  );
+  closeSync(log);
+  const url = `http://127.0.0.1:${port}`;
+  const call = apiCaller(url, token);
+  let failures = 0;
+  try {
+    for (let i = 0; ; i++) {
+      if (daemon.exitCode !== null)
+        throw new Error(`the daemon exited: ${readFileSync(join(dataDir, 'daemon.log'), 'utf8')}`);
+      try {
+        await call('GET', '/v1/instances/list', undefined);
+        break;
+      } catch {
+        if (i > 600) throw new Error('the daemon API did not come up');
+        await sleep(100);
+      }
+    }
+    // the metro CA the gateway's wildcard certificate comes from (written when the gateway starts)
+    let ca = '';
+    const gwPort = 443;
+    const https = async (fqdn: string, agent?: Agent): Promise<number> => {
+      const own = agent ?? new Agent({ connect: { ca, servername: fqdn } });
+      try {
+        const r = await request(`https://127.0.0.1:${gwPort}/`, {
+          headers: { host: fqdn },
+          dispatcher: own,
+          headersTimeout: 30_000,
+        });
+        await r.body.text();
+        return r.statusCode;
+      } finally {
+        if (!agent) await own.close();
+      }
+    };
+    const group = { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] };
+    const fqdnOf = (e: Record<string, unknown>) =>
+      (e.service_group as { domains: { fqdn: string }[] }).domains[0]!.fqdn;
+    const make = async (name: string, extra: Record<string, unknown>) => {
+      const r = await call('POST', '/v1/instances', {
+        name,
+        image: 'c-http:latest',
+        memory_mb: 16,
+        service_group: group,
+        autostart: true,
+        wait_timeout_ms: -1,
+        ...extra,
+      });
+      const e = r.data.instances![0]!;
+      if (e.state !== 'running') throw new Error(`${name} did not start: ${JSON.stringify(r)}`);
+      return fqdnOf(e);
+    };
+    const steady = await make('steady', {});
+    ca = readFileSync(join(dataDir, 'ca', 'ca.pem'), 'utf8');
+    for (let i = 0; i < 500; i++) {
+      const s = await https(steady).catch(() => 0);
+      if (s === 200) break;
+      await sleep(20);
+    }
+    const sleepy = await make('sleepy', { scale_to_zero: { policy: 'on', cooldown_time_ms: 500 } });
+    const dreamy = await make('dreamy', { scale_to_zero: { policy: 'on', cooldown_time_ms: 500, stateful: true } });
+    await sleep(3000);
+    const t0 = Date.now();
+    const baseline = sample(daemon.pid!, dataDir, t0);
+    console.log(`# bench/soak: ${MINUTES} min of mixed load; the daemon is pid ${daemon.pid}, data dir ${dataDir}`);
+    console.log(`baseline ${row(baseline)}`);
+    const end = t0 + MINUTES * 60_000;
+    const count = { api: 0, boots: 0, wakes: 0, requests: 0 };
+    const fail = (what: string, e: unknown) => {
+      failures++;
+      if (failures <= 20) console.log(`# failure (${what}): ${(e as Error).message ?? String(e)}`);
+    };
+    const loop = async (what: string, body: () => Promise<void>) => {
+      while (Date.now() < end) {
+        try {
+          await body();
+        } catch (e) {
+          fail(what, e);
+          await sleep(500);
+        }
+      }
+    };
+    const samples: Sample[] = [];
+    let n = 0;
+    await Promise.all([
+      loop('api', async () => {
+        const name = `api-${n++}`;
+        await call('POST', '/v1/instances', { name, image: 'c-http:latest', memory_mb: 16 });
+        await call('PATCH', '/v1/instances', { name, prop: 'tags', op: 'set', value: ['soak'] });
+        await call('GET', '/v1/instances', { name });
+        await call('GET', '/v1/instances/history', { name });
+        await call('GET', '/v1/instances/list', undefined);
+        await call('DELETE', '/v1/instances', { name });
+        count.api += 6;
+        await sleep(100);
+      }),
+      loop('boot', async () => {
+        const name = `boot-${count.boots}`;
+        const fqdn = await make(name, {});
+        for (let i = 0; i < 100 && (await https(fqdn)) !== 200; i++) await sleep(20);
+        await call('DELETE', '/v1/instances', { name });
+        count.boots++;
+      }),
+      loop('wake', async () => {
+        for (const fqdn of [sleepy, dreamy]) {
+          const status = await https(fqdn);
+          if (status !== 200) throw new Error(`wake answered ${status}`);
+          count.wakes++;
+        }
+        await sleep(2000);
+      }),
+      ...Array.from({ length: 4 }, () => {
+        const agent = new Agent({ connect: { ca, servername: steady } });
+        return loop('gateway', async () => {
+          const status = await https(steady, agent);
+          if (status !== 200) throw new Error(`gateway answered ${status}`);
+          count.requests++;
+          await sleep(10);
+        }).finally(() => agent.close());
+      }),
+      (async () => {
+        while (Date.now() < end) {
+          await sleep(Math.min(SAMPLE_MS, Math.max(0, end - Date.now())));
+          const s = sample(daemon.pid!, dataDir, t0);
+          samples.push(s);
+          console.log(`         ${row(s)}`);
+        }
+      })(),
+    ]);
+    // the load ends: what it made goes, and the figures must come back
+    for (const i of (await call('GET', '/v1/instances/list', undefined)).data.instances ?? [])
+      if (!['steady', 'sleepy', 'dreamy'].includes(i.name as string))
+        await call('DELETE', '/v1/instances', { uuid: i.uuid });
+    await sleep(5000);
+    const settled = sample(daemon.pid!, dataDir, t0);
+    console.log(`settled  ${row(settled)}`);
+    console.log(
+      `# ${count.api} API calls, ${count.boots} boots, ${count.wakes} wakes, ${count.requests} gateway requests; ${failures} failures`,
+    );
+    const peakRss = Math.max(...samples.map((s) => s.rssMb), baseline.rssMb);
+    console.log(`# daemon RSS: baseline ${baseline.rssMb} MB, peak ${peakRss} MB, settled ${settled.rssMb} MB`);
+    if (!values.check) return 0;
+    const problems: string[] = [];
+    // what must come back: small slack for the timers, caches and keep-alive pools of a busy process
+    if (settled.fds > baseline.fds + 16) problems.push(`descriptors ${baseline.fds} -> ${settled.fds}`);
+    if (settled.sockets > baseline.sockets + 8) problems.push(`sockets ${baseline.sockets} -> ${settled.sockets}`);
+    if (settled.haproxyProcs > baseline.haproxyProcs + 1)
+      problems.push(`HAProxy processes ${baseline.haproxyProcs} -> ${settled.haproxyProcs} (old workers left)`);
+    if (settled.qemus > 3) problems.push(`${settled.qemus} QEMU processes for at most 3 instances`);
+    if (settled.diskMb > baseline.diskMb + 64) problems.push(`disk ${baseline.diskMb} -> ${settled.diskMb} MB`);
+    if (failures > 0) problems.push(`${failures} failed operations`);
+    for (const p of problems) console.log(`# NOT FLAT: ${p}`);
+    return problems.length > 0 ? 1 : 0;
+  } finally {
+    daemon.kill('SIGTERM');
+    await Promise.race([once(daemon, 'exit'), sleep(10_000)]);
+    // VMs and HAProxy outlive the daemon by design: end the ones this run left (their files are under dataDir)
+    spawn('pkill', ['-KILL', '-f', dataDir]).once('exit', () => rmSync(dataDir, { recursive: true, force: true }));
+    await sleep(500);
+  }
+}
+
+/** Re-runs this file inside a fresh network namespace and deletes it afterwards. */
+function outer(): number {
+  const r = runFileInNewNetns(import.meta.url, {
+    prefix: 'uhsoak',
+    args: process.argv.slice(2),
+    env: { UH_BENCH_NETNS: '1' },
+    stdio: 'inherit',
+  });
+  return r.status ?? 1;
+}
+
+if (process.env.UH_BENCH_NETNS === '1') process.exitCode = await inner();
+else process.exitCode = outer();
