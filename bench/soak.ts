@@ -27,7 +27,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -35,6 +34,7 @@ import { Agent, request } from 'undici';
 import { runFileInNewNetns } from '../test/helpers/netns.js';
 import { guestOut, qemuProcs, ROOT } from '../test/helpers/vm.js';
 import { apiCaller } from './boot-unikraft.js';
+import { freePort } from '../src/gateway/haproxy/process.js';
 
 const { values } = parseArgs({
   options: {
@@ -118,14 +118,6 @@ function sample(pid: number, dataDir: string, t0: number): Sample {
 const row = (s: Sample) =>
   `${String(s.at).padStart(6)} s  rss ${String(s.rssMb).padStart(4)} MB  fds ${String(s.fds).padStart(4)}  sockets ${String(s.sockets).padStart(4)}  haproxy ${s.haproxyProcs} procs ${String(s.haproxyFds).padStart(4)} fds  qemus ${String(s.qemus).padStart(2)}  disk ${s.diskMb} MB`;
 
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const p = (s.address() as { port: number }).port;
-  s.close();
-  return p;
-}
-
 async function inner(): Promise<number> {
   const kernel = join(UK, 'c-http_qemu-x86_64');
   if (!existsSync(kernel)) {
@@ -157,7 +149,7 @@ async function inner(): Promise<number> {
     'seabios',
   );
   const token = cli('admin', 'user', 'create', 'soak', '--quiet').trim();
-  const port = await freePort();
+  const port = await freePort('127.0.0.1');
   const log = openSync(join(dataDir, 'daemon.log'), 'a');
   const daemon: ChildProcess = spawn(
     process.execPath,

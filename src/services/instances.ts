@@ -20,7 +20,7 @@ import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
 import { findInstance } from './lookup.js';
 import { updateInstance } from './instance-updates.js';
-import { findCheckpoint, findTemplate, makeTemplate } from './instance-templates.js';
+import { findTemplate, makeTemplate } from './instance-templates.js';
 import { checkpointHistory, createCheckpoint, type CheckpointParams } from './instance-checkpoints.js';
 import type { UpdateIn } from '../domain/updates.js';
 
@@ -303,20 +303,6 @@ export class InstanceService {
     return { ...r, state: rec.state };
   }
 
-  /** GET /v1/instances/templates: a template's status object (or uuid, name and state). */
-  async getTemplate(user: UserRec, t: Target, details = true): Promise<Record<string, unknown>> {
-    return this.store.read(async (tx) => {
-      const i = await findTemplate(tx, user, t);
-      return details ? this.view(tx, user, i) : { uuid: i.id, name: i.name, state: i.state };
-    });
-  }
-
-  /** DELETE /v1/instances/templates: a template only; instances made from it keep running (their memory is theirs). */
-  async deleteTemplate(user: UserRec, t: Target) {
-    const tpl = await this.store.read((tx) => findTemplate(tx, user, t));
-    return this.delete(user, { uuid: tpl.id });
-  }
-
   /**
    * POST /v1/instances/checkpoints (docs/snapshots.md, "Checkpoints"): a
    * checkpoint of a running instance; with a timeout, waits until it is
@@ -343,28 +329,28 @@ export class InstanceService {
     return r;
   }
 
-  /** GET /v1/instances/checkpoints: a checkpoint's status object (or uuid, name and state). */
-  async getCheckpoint(user: UserRec, t: Target, details = true): Promise<Record<string, unknown>> {
+  /** GET /v1/instances/checkpoints/history: the checkpoints kept of an instance. */
+  checkpointHistory(user: UserRec, t: Target) {
+    return this.store.read((tx) => checkpointHistory(tx, user, t));
+  }
+
+  /** GET /v1/instances/templates or /checkpoints: one's status object (or uuid, name and state). */
+  async getKept(user: UserRec, t: Target, kind: 'template' | 'checkpoint', details = true) {
     return this.store.read(async (tx) => {
-      const i = await findCheckpoint(tx, user, t);
+      const i = await findTemplate(tx, user, t, kind);
       return details ? this.view(tx, user, i) : { uuid: i.id, name: i.name, state: i.state };
     });
   }
 
-  /** DELETE /v1/instances/checkpoints: instances started from it keep running. */
-  async deleteCheckpoint(user: UserRec, t: Target) {
-    const c = await this.store.read((tx) => findCheckpoint(tx, user, t));
-    return this.delete(user, { uuid: c.id });
+  /** DELETE /v1/instances/templates or /checkpoints: instances made from one keep running (their memory is theirs). */
+  async deleteKept(user: UserRec, t: Target, kind: 'template' | 'checkpoint') {
+    const kept = await this.store.read((tx) => findTemplate(tx, user, t, kind));
+    return this.delete(user, { uuid: kept.id });
   }
 
-  /** PATCH /v1/instances/checkpoints: tags, annotations, delete_lock. */
-  updateCheckpoint(user: UserRec, t: Target, u: UpdateIn) {
-    return updateInstance(this.deps, user, t, u, findCheckpoint);
-  }
-
-  /** GET /v1/instances/checkpoints/history: the checkpoints kept of an instance. */
-  checkpointHistory(user: UserRec, t: Target) {
-    return this.store.read((tx) => checkpointHistory(tx, user, t));
+  /** PATCH /v1/instances/templates or /checkpoints: tags, annotations, delete_lock. */
+  updateKept(user: UserRec, t: Target, kind: 'template' | 'checkpoint', u: UpdateIn) {
+    return updateInstance(this.deps, user, t, u, (tx, user2, t2) => findTemplate(tx, user2, t2, kind));
   }
 
   /** DELETE: removes the record at once; the controller force-stops the VM and frees its resources. */
@@ -447,11 +433,6 @@ export class InstanceService {
   }
 
   /** PATCH: one property (src/services/instance-updates.ts). */
-  /** PATCH /v1/instances/templates: tags, annotations, delete_lock of a template. */
-  updateTemplate(user: UserRec, t: Target, u: UpdateIn) {
-    return updateInstance(this.deps, user, t, u, findTemplate);
-  }
-
   update(user: UserRec, t: Target, u: UpdateIn) {
     return updateInstance(this.deps, user, t, u);
   }

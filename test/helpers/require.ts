@@ -7,6 +7,7 @@
  * skipping what it was meant to test.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
 
 export const requireAll = (): boolean => process.env.UNIHOST_REQUIRE_ALL === '1';
@@ -20,4 +21,14 @@ export function requirePart(missing: string | false | undefined | null): string 
       assert.fail(`UNIHOST_REQUIRE_ALL=1, and a part these tests need is missing: ${missing}`));
   }
   return missing;
+}
+
+/** Whether `cmd` is on the PATH (a part a test needs: ip, nft ...). */
+export function hasCommand(cmd: string): boolean {
+  try {
+    execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
 }

@@ -10,7 +10,6 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
@@ -19,6 +18,7 @@ import { SqliteStore } from '../../src/store/sqlite/index.js';
 import { overwrite } from '../../src/reconcile/testing/machine-world.js';
 import { alive, guestOut, killLeaks, poll, qemuProcs, ROOT } from '../helpers/vm.js';
 import { QmpClient } from '../../src/machines/qemu/qmp.js';
+import { freePort } from '../../src/gateway/haproxy/process.js';
 import { runtimeFiles } from '../../src/machines/qemu/argv.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -34,14 +34,6 @@ const ids: Record<string, string> = {};
 
 const cli = (...args: string[]): string =>
   execFileSync(process.execPath, [join(ROOT, 'bin', 'unihost.js'), ...args], { cwd: ROOT, env, encoding: 'utf8' });
-
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const p = (s.address() as { port: number }).port;
-  s.close();
-  return p;
-}
 
 async function api(method: string, path: string, body?: unknown): Promise<Any> {
   const r = await request(url + path, {
@@ -111,7 +103,7 @@ before(async () => {
   if (!existsSync(join(ROOT, 'dist', 'cli', 'index.js')))
     execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
   dir = mkdtempSync(join(tmpdir(), 'unihost-adopt-'));
-  port = await freePort();
+  port = await freePort('127.0.0.1');
   url = `http://127.0.0.1:${port}`;
   cli('image', '--data-dir', dir, 'import-guest', guestOut());
   token = cli('admin', '--data-dir', dir, 'user', 'create', 'carol', '--quiet').trim();

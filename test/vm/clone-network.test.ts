@@ -12,17 +12,9 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { HostNetwork, tapName, type TapSpec } from '../../src/network/host.js';
 import { macFor } from '../../src/network/address.js';
-import { requirePart } from '../helpers/require.js';
+import { hasCommand, requirePart } from '../helpers/require.js';
 
-const canRun = process.getuid?.() === 0 && has('ip') && has('nft');
-function has(cmd: string): boolean {
-  try {
-    execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
+const canRun = process.getuid?.() === 0 && hasCommand('ip') && hasCommand('nft');
 
 const tag = randomBytes(3).toString('hex');
 const hostNs = `uhcl-${tag}-h`;

@@ -8,17 +8,9 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { HostNetwork, tapName, type TapSpec } from '../../src/network/host.js';
 import { macFor } from '../../src/network/address.js';
 import { VM_UID_BASE } from '../../src/machines/qemu/jail.js';
-import { requirePart } from '../helpers/require.js';
+import { hasCommand, requirePart } from '../helpers/require.js';
 
-const canRun = process.getuid?.() === 0 && has('ip') && has('nft');
-function has(cmd: string): boolean {
-  try {
-    execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
+const canRun = process.getuid?.() === 0 && hasCommand('ip') && hasCommand('nft');
 
 const ns = `uhtest-${randomBytes(4).toString('hex')}`;
 const sh = (...argv: string[]): string => execFileSync('ip', ['netns', 'exec', ns, ...argv], { encoding: 'utf8' });

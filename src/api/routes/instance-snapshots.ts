@@ -9,6 +9,54 @@ const P = 'instances';
 /** What a template's PATCH names (the SDK's MutableTemplateInstanceProperty; autokill is refused with why). */
 const TEMPLATE_PROPS = ['tags', 'delete_lock', 'autokill', 'annotations'] as const;
 
+/**
+ * GET (one, several, or all paged), PATCH (tags, annotations, delete_lock)
+ * and DELETE of the kept memories of one kind: `/v1/instances/<kind>s`.
+ */
+function keptEndpoints(kind: 'template' | 'checkpoint', afterDelete: string) {
+  const path = `/v1/instances/${kind}s`;
+  const local = `${path}/:uuid`;
+  return [
+    endpoint({
+      method: 'GET',
+      path,
+      localPath: local,
+      plural: P,
+      summary: `${kind[0]!.toUpperCase()}${kind.slice(1)}s; with no selection, all of them, paged by count/from.`,
+      target: 'required',
+      batch: true,
+      params: Type.Object({}),
+      list: (ctx) => ctx.services.instances.list(ctx.user, kind),
+      handle: async (ctx, e, q) => ctx.services.instances.getKept(ctx.user, e.target!, kind, q.details !== false),
+      response: Summary,
+    }),
+    endpoint({
+      method: 'PATCH',
+      path,
+      localPath: local,
+      plural: P,
+      summary: `Update ${kind}s: tags, annotations and delete_lock.`,
+      target: 'required',
+      batch: true,
+      params: UpdateParams(TEMPLATE_PROPS),
+      handle: async (ctx, e) => ctx.services.instances.updateKept(ctx.user, e.target!, kind, e.params as UpdateIn),
+      response: UpdateResult,
+    }),
+    endpoint({
+      method: 'DELETE',
+      path,
+      localPath: local,
+      plural: P,
+      summary: `Delete ${kind}s (refused while delete_lock is set). ${afterDelete}`,
+      target: 'required',
+      batch: true,
+      params: Type.Object({}),
+      handle: async (ctx, e) => ctx.services.instances.deleteKept(ctx.user, e.target!, kind),
+      response: Summary,
+    }),
+  ];
+}
+
 /** Instance templates and checkpoints (docs/snapshots.md): the SDK's /v1/instances/templates and /checkpoints calls. */
 export const instanceSnapshotEndpoints = [
   endpoint({
@@ -35,44 +83,7 @@ export const instanceSnapshotEndpoints = [
       ctx.services.instances.makeTemplate(ctx.user, e.target!, timeoutOf(e.params, 'timeout_ms'), ctx.signal),
     response: Summary,
   }),
-  endpoint({
-    method: 'GET',
-    path: '/v1/instances/templates',
-    localPath: '/v1/instances/templates/:uuid',
-    plural: P,
-    summary: 'Template instances; with no selection, all of them, paged by count/from.',
-    target: 'required',
-    batch: true,
-    params: Type.Object({}),
-    list: (ctx) => ctx.services.instances.list(ctx.user, 'template'),
-    handle: async (ctx, e, q) => ctx.services.instances.getTemplate(ctx.user, e.target!, q.details !== false),
-    response: Summary,
-  }),
-  endpoint({
-    method: 'PATCH',
-    path: '/v1/instances/templates',
-    localPath: '/v1/instances/templates/:uuid',
-    plural: P,
-    summary: 'Update templates: tags, annotations and delete_lock.',
-    target: 'required',
-    batch: true,
-    params: UpdateParams(TEMPLATE_PROPS),
-    handle: async (ctx, e) => ctx.services.instances.updateTemplate(ctx.user, e.target!, e.params as UpdateIn),
-    response: UpdateResult,
-  }),
-  endpoint({
-    method: 'DELETE',
-    path: '/v1/instances/templates',
-    localPath: '/v1/instances/templates/:uuid',
-    plural: P,
-    summary:
-      'Delete templates (refused while delete_lock is set). Instances made from one keep running; one not started yet boots afresh.',
-    target: 'required',
-    batch: true,
-    params: Type.Object({}),
-    handle: async (ctx, e) => ctx.services.instances.deleteTemplate(ctx.user, e.target!),
-    response: Summary,
-  }),
+  ...keptEndpoints('template', 'Instances made from one keep running; one not started yet boots afresh.'),
   endpoint({
     method: 'POST',
     path: '/v1/instances/checkpoints',
@@ -117,41 +128,5 @@ export const instanceSnapshotEndpoints = [
     handle: async (ctx, e) => ctx.services.instances.checkpointHistory(ctx.user, e.target!),
     response: Summary,
   }),
-  endpoint({
-    method: 'GET',
-    path: '/v1/instances/checkpoints',
-    localPath: '/v1/instances/checkpoints/:uuid',
-    plural: P,
-    summary: 'Checkpoints; with no selection, all of them, paged by count/from.',
-    target: 'required',
-    batch: true,
-    params: Type.Object({}),
-    list: (ctx) => ctx.services.instances.list(ctx.user, 'checkpoint'),
-    handle: async (ctx, e, q) => ctx.services.instances.getCheckpoint(ctx.user, e.target!, q.details !== false),
-    response: Summary,
-  }),
-  endpoint({
-    method: 'PATCH',
-    path: '/v1/instances/checkpoints',
-    localPath: '/v1/instances/checkpoints/:uuid',
-    plural: P,
-    summary: 'Update checkpoints: tags, annotations and delete_lock.',
-    target: 'required',
-    batch: true,
-    params: UpdateParams(TEMPLATE_PROPS),
-    handle: async (ctx, e) => ctx.services.instances.updateCheckpoint(ctx.user, e.target!, e.params as UpdateIn),
-    response: UpdateResult,
-  }),
-  endpoint({
-    method: 'DELETE',
-    path: '/v1/instances/checkpoints',
-    localPath: '/v1/instances/checkpoints/:uuid',
-    plural: P,
-    summary: 'Delete checkpoints (refused while delete_lock is set). Instances started from one keep running.',
-    target: 'required',
-    batch: true,
-    params: Type.Object({}),
-    handle: async (ctx, e) => ctx.services.instances.deleteCheckpoint(ctx.user, e.target!),
-    response: Summary,
-  }),
+  ...keptEndpoints('checkpoint', 'Instances started from one keep running.'),
 ];
