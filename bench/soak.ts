@@ -20,7 +20,7 @@
  * TCP sockets, HAProxy's processes and descriptors, the QEMU processes and
  * the data dir's disk use. At the end the load stops, the instances it
  * made are deleted, and the same figures are read once settled.
- * `--check` (the short form CI runs, test/vm/soak.test.ts) exits 1 when a
+ * `--check` (the short form, `--minutes 1`) exits 1 when a
  * count that must come back (descriptors, sockets, HAProxy processes, QEMUs,
  * disk) did not; RSS is reported, not judged (it is a figure for docs).
  */
@@ -102,7 +102,14 @@ function sample(pid: number, dataDir: string, t0: number): Sample {
   const rss = Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
   const { fds, sockets } = fdsOf(pid);
   const hp = haproxyOf(dataDir);
-  const du = Number(execFileSync('du', ['-sb', dataDir], { encoding: 'utf8' }).split('\t')[0]);
+  // du says so (and exits 1) when a file goes while it walks: its total still counts
+  let out: string;
+  try {
+    out = execFileSync('du', ['-sb', dataDir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  } catch (e) {
+    out = String((e as { stdout?: string }).stdout ?? '0');
+  }
+  const du = Number(out.split('\t')[0]);
   return {
     at: Math.round((Date.now() - t0) / 1000),
     rssMb: Math.round(rss / 1024),
@@ -327,7 +334,13 @@ async function inner(): Promise<number> {
     if (settled.qemus > 3) problems.push(`${settled.qemus} QEMU processes for at most 3 instances`);
     if (settled.diskMb > baseline.diskMb + 64) problems.push(`disk ${baseline.diskMb} -> ${settled.diskMb} MB`);
     if (failures > 0) problems.push(`${failures} failed operations`);
+    if (daemon.exitCode !== null || daemon.signalCode !== null)
+      problems.push(`the daemon ended (${daemon.exitCode ?? daemon.signalCode})`);
     for (const p of problems) console.log(`# NOT FLAT: ${p}`);
+    if (problems.length > 0)
+      console.log(
+        `# the daemon's log, last lines:\n${readFileSync(join(dataDir, 'daemon.log'), 'utf8').split('\n').slice(-60).join('\n')}`,
+      );
     return problems.length > 0 ? 1 : 0;
   } finally {
     daemon.kill('SIGTERM');
