@@ -9,6 +9,12 @@ const P = 'instances';
 /** What a template's PATCH names (the SDK's MutableTemplateInstanceProperty; autokill is refused with why). */
 const TEMPLATE_PROPS = ['tags', 'delete_lock', 'autokill', 'annotations'] as const;
 
+/** `autokill` with a time is refused: nothing deletes templates or checkpoints after a time unused. */
+function noAutokill(p: { autokill?: unknown }, kind: string): void {
+  if (((p.autokill as { time_ms?: number } | undefined)?.time_ms ?? 0) > 0)
+    throw err('UH_INVALID', `parameter 'autokill': ${kind}s are not deleted after a time unused here`);
+}
+
 /**
  * GET (one, several, or all paged), PATCH (tags, annotations, delete_lock)
  * and DELETE of the kept memories of one kind: `/v1/instances/<kind>s`.
@@ -74,11 +80,7 @@ export const instanceSnapshotEndpoints = [
       },
       { additionalProperties: false },
     ),
-    check: (p) => {
-      const ak = p.autokill as { time_ms?: number } | undefined;
-      if ((ak?.time_ms ?? 0) > 0)
-        throw err('UH_INVALID', "parameter 'autokill': templates are not deleted after a time unused here");
-    },
+    check: (p) => noAutokill(p, 'template'),
     handle: async (ctx, e) =>
       ctx.services.instances.makeTemplate(ctx.user, e.target!, timeoutOf(e.params, 'timeout_ms'), ctx.signal),
     response: Summary,
@@ -102,11 +104,7 @@ export const instanceSnapshotEndpoints = [
       },
       { additionalProperties: false },
     ),
-    check: (p) => {
-      const ak = p.autokill as { time_ms?: number } | undefined;
-      if ((ak?.time_ms ?? 0) > 0)
-        throw err('UH_INVALID', "parameter 'autokill': checkpoints are not deleted after a time unused here");
-    },
+    check: (p) => noAutokill(p, 'checkpoint'),
     handle: async (ctx, e) =>
       ctx.services.instances.createCheckpoint(
         ctx.user,
