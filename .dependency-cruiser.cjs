@@ -10,7 +10,10 @@
 /** Layers from the top down; a module may import its own layer and those below. */
 const LAYERS = [
   { name: 'cli', paths: ['^src/cli/', '^src/client/'] },
-  { name: 'daemon', paths: ['^src/daemon\\.ts$', '^src/controllers\\.ts$', '^src/drivers\\.ts$'] },
+  {
+    name: 'daemon',
+    paths: ['^src/daemon\\.ts$', '^src/control-socket\\.ts$', '^src/controllers\\.ts$', '^src/drivers\\.ts$'],
+  },
   { name: 'api', paths: ['^src/api/'] },
   { name: 'services', paths: ['^src/services/'] },
   { name: 'core', paths: ['^src/domain/', '^src/store/', '^src/reconcile/'] },

@@ -3,6 +3,8 @@ import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { buildApi } from './api/server.js';
 import { GatewayController } from './reconcile/gateway.js';
+import { MachineController } from './reconcile/machines.js';
+import { ControlSocket, controlSocketPath } from './control-socket.js';
 import { DaemonMetrics } from './metrics.js';
 import type { Config } from './config.js';
 import { restrictFileModes } from './file-modes.js';
@@ -83,9 +85,11 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   let metrics: DaemonMetrics | undefined;
   let api: FastifyInstance | undefined;
   let pruner: NodeJS.Timeout | undefined;
+  let control: ControlSocket | undefined;
   const close = async () => {
     clearInterval(pruner);
     await api?.close();
+    await control?.stop();
     metrics?.stop();
     for (const c of [...started].reverse()) await c.stop();
     await store.close();
@@ -98,6 +102,16 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
     for (const c of controllers) {
       await c.start();
       started.push(c);
+    }
+    // `unihost admin backup` asks the daemon that runs this host's VMs to pause them while it copies their volumes
+    const machines = controllers.find((c): c is MachineController => c instanceof MachineController);
+    if (machines) {
+      const c = new ControlSocket(controlSocketPath(config.dataDir), machines, logger);
+      // not fatal: without it a backup refuses volumes of running VMs, and says so
+      await c.start().then(
+        () => (control = c),
+        (e: unknown) => logger.warn({ err: e }, 'the control socket could not listen (backups cannot pause VMs)'),
+      );
     }
     metrics = new DaemonMetrics(store, services.figures);
     await metrics.start();

@@ -110,7 +110,9 @@ export interface MachineDriver {
    * running on, when no snapshot could be written.
    */
   snapshot?(id: string, path: string): Promise<{ bytes: number }>;
-  /** Lets a VM paused by `snapshot` run on (a checkpoint: the instance keeps running). */
+  /** Pauses the VM with its disks drained and flushed (a consistent copy of its volumes can be taken); `resume` lets it run on. */
+  pause?(id: string): Promise<void>;
+  /** Lets a VM paused by `snapshot` or `pause` run on (a checkpoint: the instance keeps running). */
   resume?(id: string): Promise<void>;
   /** What a snapshot is bound to besides the spec (the VMM's build and accelerator): restored only into the same. */
   readonly snapshotVersion?: string;

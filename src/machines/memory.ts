@@ -11,6 +11,8 @@ interface MemoryVm {
   pid: number;
   /** console lines of this boot */
   console: string;
+  /** paused by `pause` (until `resume`) */
+  paused: boolean;
 }
 
 /** A guest that reached its application (init and ready seen), then `over`. */
@@ -44,7 +46,7 @@ export class MemoryMachines implements MachineDriver {
 
   async start(spec: MachineSpec): Promise<MachineRuntime> {
     if (this.vms.has(spec.id)) throw new Error(`VM ${spec.id} is already running`);
-    const vm: MemoryVm = { spec, pid: ++this.pid, console: '' };
+    const vm: MemoryVm = { spec, pid: ++this.pid, console: '', paused: false };
     this.vms.set(spec.id, vm);
     this.boots.set(spec.id, (this.boots.get(spec.id) ?? 0) + 1);
     const spawnedAt = this.now();
@@ -82,6 +84,25 @@ export class MemoryMachines implements MachineDriver {
   async delete(id: string, dir: string): Promise<void> {
     this.end(id, control({}), null);
     rmSync(dir, { recursive: true, force: true });
+  }
+
+  async pause(id: string): Promise<void> {
+    const vm = this.vms.get(id);
+    if (!vm) throw new Error('the VM is not running');
+    vm.paused = true;
+    this.say(vm, 'memory VM: paused');
+  }
+
+  async resume(id: string): Promise<void> {
+    const vm = this.vms.get(id);
+    if (!vm) throw new Error('the VM is not running');
+    vm.paused = false;
+    this.say(vm, 'memory VM: runs on');
+  }
+
+  /** Whether `pause` holds the VM (tests). */
+  paused(id: string): boolean {
+    return this.vms.get(id)?.paused ?? false;
   }
 
   inspect(id: string): { running: boolean; pid: number | null } {

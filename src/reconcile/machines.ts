@@ -347,6 +347,12 @@ export class MachineController implements Controller {
       }
       const restore = (i: InstanceRec, dir: string, machine: string) => this.snapshots.planRestore(i, dir, machine);
       plan = await bootPlan(this.s, { ...this.o, restore }, inst, t0, () => this.now());
+      // a volume being copied (`admin backup`): the boot waits for the release, which kicks it.
+      // Checked in the same turn as `track`, so a hold either sees this VM or this boot sees the hold.
+      if (this.vmVolumes.isHeld(volumes.map((v) => v.id))) {
+        this.o.log.info({ id: inst.id }, 'boot waits: a volume is being backed up');
+        return;
+      }
       this.vmVolumes.track(
         inst.id,
         volumes.map((v) => v.id),
@@ -424,6 +430,53 @@ export class MachineController implements Controller {
     // The tap stays until the instance is deleted: the next start or wake finds it ready.
     this.unrecordedExits.delete(inst.id);
     if (done) this.o.log.info({ id: inst.id, ...done.info, restart: done.restart, delay: done.delay }, 'VM stopped');
+  }
+
+  /**
+   * Holds a volume for a consistent copy (`unihost admin backup`, through
+   * the control socket): the VM that has it open is paused (QEMU drains and
+   * flushes its disks first), and boots that would attach it wait. `release`
+   * lets both go on. A VM still booting is paused once its QMP answers.
+   */
+  async holdVolume(volumeId: string): Promise<{ paused: string[]; release(): Promise<void> }> {
+    if (!(await this.s.store.read((tx) => tx.volumes.getAny(volumeId)))) throw new Error(`no volume ${volumeId}`);
+    this.vmVolumes.hold(volumeId);
+    const paused: string[] = [];
+    const release = async (): Promise<void> => {
+      for (const id of paused)
+        await this.driver.resume!(id).catch((e: unknown) =>
+          this.o.log.warn({ id, err: e }, 'resuming a VM paused for a backup failed'),
+        );
+      this.vmVolumes.unhold(volumeId);
+      const v = await this.s.store.read((tx) => tx.volumes.getAny(volumeId));
+      if (v?.instance_id) this.kick(v.instance_id);
+    };
+    try {
+      for (const id of this.vmVolumes.users(volumeId)) if (await this.pauseForCopy(id)) paused.push(id);
+    } catch (e) {
+      await release();
+      throw e;
+    }
+    if (paused.length) this.o.log.info({ volume: volumeId, paused }, 'VM paused for a backup of its volume');
+    return { paused, release };
+  }
+
+  /** Pauses the VM of `id` (waiting up to 30 s for one still booting); false when it ended meanwhile. */
+  private async pauseForCopy(id: string): Promise<boolean> {
+    if (!this.driver.pause || !this.driver.resume)
+      throw new Error('this machine driver cannot pause VMs: stop the instance to back up its volume');
+    const until = this.now() + 30_000;
+    for (;;) {
+      if (!this.vmVolumes.tracked(id)) return false;
+      try {
+        await this.driver.pause(id);
+        return true;
+      } catch (e) {
+        if (this.now() > until)
+          throw new Error(`the VM of instance ${id} could not be paused: ${(e as Error).message}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
   }
 
   private async volumeIds(instanceId: string): Promise<string[]> {

@@ -20,3 +20,16 @@ export async function registerHost(store: Store, name: string, clock: Clock): Pr
     return host;
   });
 }
+
+/**
+ * A restored one-host backup (`unihost admin restore`): its instances go to
+ * the host that starts on it first, whatever its name (registerHost places
+ * them). A backup of several hosts keeps its placement.
+ */
+export async function unplaceOneHost(store: Store): Promise<void> {
+  await store.tx(async (tx) => {
+    if ((await tx.hosts.list()).length > 1) return;
+    for (const i of await tx.instances.all())
+      if (i.host_id !== null) await tx.instances.updateSpec(i.id, { host_id: null });
+  });
+}

@@ -1,6 +1,7 @@
 /* eslint-disable @typescript-eslint/no-explicit-any -- API replies are JSON; the assertions check their shape. */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -15,6 +16,8 @@ import { MemoryNetwork } from '../../src/network/memory.js';
 import type { Services } from '../../src/services/index.js';
 import { MemoryVolumes } from '../../src/volumes/memory.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
+import { holdVolume } from '../../src/cli/admin/backup.js';
+import { controlSocketPath } from '../../src/control-socket.js';
 import { replyAsserts } from '../helpers/replies.js';
 
 /**
@@ -314,5 +317,45 @@ describe('the controllers over the memory drivers', () => {
       ok(await h.call('DELETE', '/v1/instances', alice, { uuid: id }));
     await h.until(async () => (await h.daemon.store.read((tx) => tx.volumes.getAny(v.uuid)))?.instance_id === null);
     ok(await h.call('DELETE', '/v1/volumes', alice, { uuid: v.uuid }), 'volumes');
+  });
+
+  test('a backup hold pauses the VM that has the volume and holds back boots that attach it, until the caller lets go', async () => {
+    const sock = controlSocketPath(h.dataDir);
+    const volume = async (name: string) => {
+      const v = ok(await h.call('POST', '/v1/volumes', alice, { name, size_mb: 8 }), 'volumes')[0];
+      await h.until(async () => (await h.daemon.store.read((tx) => tx.volumes.getAny(v.uuid)))?.state === 'available');
+      return v.uuid as string;
+    };
+    const inUse = await volume('in-use');
+    const m = await boot('holder', { volumes: [{ uuid: inUse, at: '/data' }] });
+    const held = await holdVolume(sock, inUse);
+    assert.deepEqual(held?.paused, [m.uuid], 'the VM with the volume open');
+    assert.ok(vms.paused(m.uuid));
+
+    const spare = await volume('spare');
+    const held2 = (await holdVolume(sock, spare))!;
+    assert.deepEqual(held2.paused, [], 'no VM has it');
+    const w = ok(
+      await h.call('POST', '/v1/instances', alice, {
+        name: 'waiter',
+        image: 'app:latest',
+        volumes: [{ uuid: spare, at: '/d' }],
+        autostart: true,
+      }),
+    )[0];
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(vms.boots.get(w.uuid), undefined, 'the boot waits while its volume is copied');
+    assert.equal((await get(w.uuid))?.state, 'starting');
+
+    // the caller goes (a backup that ends, or dies): both run on
+    held.release();
+    held2.release();
+    await h.until(async () => !vms.paused(m.uuid));
+    await state(w.uuid, 'running');
+    assert.equal((await get(m.uuid))?.state, 'running', 'paused and resumed, not restarted');
+    assert.equal(vms.boots.get(m.uuid), 1);
+
+    await assert.rejects(holdVolume(sock, randomUUID()), /the daemon cannot hold volume .*: no volume/);
+    for (const id of [m.uuid, w.uuid]) ok(await h.call('DELETE', '/v1/instances', alice, { uuid: id }));
   });
 });

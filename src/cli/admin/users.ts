@@ -4,6 +4,7 @@ import { restrictFileModes } from '../../file-modes.js';
 import type { createServices } from '../../services/index.js';
 import type { Hard, Limits } from '../../store/types.js';
 import { registerInstallService } from './service.js';
+import { registerBackup } from './backup.js';
 
 interface GlobalOpts {
   dataDir?: string;
@@ -74,7 +75,7 @@ function parseQuotaArgs(pairs: string[]): { hard: Partial<Hard>; limits: Partial
 export function registerAdmin(program: Command): void {
   const admin = program
     .command('admin')
-    .description('administer users, tokens and quotas (works on the data dir directly)')
+    .description('administer users, tokens, quotas and backups (works on the data dir directly)')
     .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR)')
     .option('--store <url>', 'the store: postgresql://USER@HOST/DB (env UNIHOST_STORE; default SQLite in the data dir)')
     .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)');
@@ -96,6 +97,7 @@ export function registerAdmin(program: Command): void {
     });
   registerTokens(user, admin);
   registerInstallService(admin);
+  registerBackup(admin);
   user
     .command('list')
     .description('list users')

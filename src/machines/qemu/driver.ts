@@ -152,7 +152,9 @@ export class QemuDriver implements MachineDriver {
   async adopt(spec: MachineSpec, rt: MachineRuntime): Promise<boolean> {
     let mine = false;
     try {
-      mine = readFileSync(`/proc/${rt.pid}/cmdline`, 'utf8').includes(`unihost-${spec.id}`);
+      const cmdline = readFileSync(`/proc/${rt.pid}/cmdline`, 'utf8');
+      // this instance's VM of this data dir (a restored copy of a data dir on the same host never takes the original's VMs)
+      mine = cmdline.includes(`unihost-${spec.id}`) && cmdline.includes(runtimeFiles(spec.dir).qmp);
     } catch {
       mine = false;
     }
@@ -272,6 +274,14 @@ export class QemuDriver implements MachineDriver {
     const socket = snapshotSocket(this.o.confine === false ? null : jailRoot(vm.dir), vm.dir);
     // the guest stays paused: the caller ends the VM once the snapshot is recorded
     return writeSnapshot(vm.qmp, { path, socket, uid: vm.uid });
+  }
+
+  async pause(id: string): Promise<void> {
+    const vm = this.vms.get(id);
+    if (!vm || vm.exited) throw new Error('the VM is not running');
+    if (!vm.qmp) throw new Error('the VM has no QMP connection yet');
+    // QEMU's `stop` drains and flushes every disk before it answers
+    await vm.qmp.execute('stop');
   }
 
   async resume(id: string): Promise<void> {
