@@ -10,6 +10,12 @@ export interface PlaneState {
   threads?: number;
   limits: GatewayLimits;
   /**
+   * The workers' uid and gid: set (a root daemon), they drop to it and are
+   * chrooted into the empty `jail` dir; the master alone stays root (binds,
+   * reloads, certificate files). Undefined: HAProxy runs as the daemon does.
+   */
+  worker?: { uid: number; gid: number };
+  /**
    * public port -> the activator's listeners for it on 127.0.0.1: `fallback`
    * behind the port's default backend, `backup` as the backup server of its
    * HTTP backends (activator.ts)
@@ -36,8 +42,10 @@ export function planeFiles(dir: string) {
     crtList: path.join(dir, 'certs', 'crt-list.txt'),
     certs: path.join(dir, 'certs'),
     map: (port: number) => path.join(dir, `port-${port}.map`),
+    /** the workers' root (`chroot`): empty but for the sockets they connect to */
+    jail: path.join(dir, 'jail'),
     /** where a TLS port's pre-inspection hands ordinary clients to its TLS frontend (with the PROXY protocol) */
-    tlsSocket: (port: number) => path.join(dir, `tls-${port}.sock`),
+    tlsSocket: (port: number) => path.join(dir, 'jail', `tls-${port}.sock`),
   };
 }
 export type PlaneFiles = ReturnType<typeof planeFiles>;
@@ -84,6 +92,9 @@ export function mapEntries(
   return m;
 }
 
+/** A socket the workers connect to is theirs (they run as `worker` after the master bound it). */
+const socketOwner = (s: PlaneState): string => (s.worker ? ` uid ${s.worker.uid} gid ${s.worker.gid}` : '');
+
 const sec = (ms: number): string => `${Math.max(1, Math.ceil(ms))}ms`;
 
 function globalSection(s: PlaneState, f: PlaneFiles): string[] {
@@ -92,6 +103,8 @@ function globalSection(s: PlaneState, f: PlaneFiles): string[] {
     'global',
     `  stats socket ${f.admin} mode 600 level admin expose-fd listeners`,
     '  stats timeout 30s',
+    // workers: unprivileged, in an empty root (what they open after start are sockets in it)
+    ...(s.worker ? [`  chroot ${f.jail}`, `  uid ${s.worker.uid}`, `  gid ${s.worker.gid}`] : []),
     ...(s.threads ? [`  nbthread ${s.threads}`] : []),
     // Room for the largest accepted head plus HAProxy's rewrite reserve; larger heads get 431 below,
     // up to twice the limit (beyond the buffer HAProxy itself answers 400). A buffer of 16 KiB instead
@@ -147,7 +160,7 @@ function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, rou
         `frontend p${port}_tls`,
         `  mode ${mode}`,
         // the PROXY protocol gives this frontend the client's address (X-Forwarded-For, logs)
-        `  bind unix@${f.tlsSocket(port)} mode 600 accept-proxy${ssl}`,
+        `  bind unix@${f.tlsSocket(port)}${socketOwner(s)} mode 600 accept-proxy${ssl}`,
         `  maxconn ${l.maxConnections}`,
         ...handshakeTimeout(l),
       ]
@@ -242,7 +255,7 @@ function acmeInspection(s: PlaneState, f: PlaneFiles, port: number, bound: numbe
     '',
     `backend p${port}_tls`,
     '  mode tcp',
-    `  server tls unix@${f.tlsSocket(port)} send-proxy-v2`,
+    `  server tls unix@${s.worker ? `/${path.basename(f.tlsSocket(port))}` : f.tlsSocket(port)} send-proxy-v2`,
     '',
   ];
 }

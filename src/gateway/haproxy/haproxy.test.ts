@@ -28,6 +28,20 @@ const A = `app-aaaa1111.${METRO}`;
 const R = `red-1.${METRO}`;
 const T = `tcp-1.${METRO}`;
 
+/** Worker processes of a HAProxy master (its children), from /proc. */
+async function workerPids(master: number): Promise<number[]> {
+  const { readdir, readFile } = await import('node:fs/promises');
+  const out: number[] = [];
+  for (const pid of await readdir('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+    // the fields after the command (which may hold spaces) start with the state, then the parent
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    if (ppid === master) out.push(Number(pid));
+  }
+  return out;
+}
+
 describe('gateway on HAProxy', () => {
   let a: [TestBackend, TestBackend];
   let t: [TestBackend, TestBackend];
@@ -302,6 +316,24 @@ describe('gateway on HAProxy', () => {
     assert.ok(c.instances.Aa!.requests + c.instances.Ab!.requests >= 2);
   });
 
+  test('workers run as an unprivileged user in an empty chroot; the master alone is root', async () => {
+    const { readFile, readlink, readdir } = await import('node:fs/promises');
+    const uid = async (pid: number) => Number(/^Uid:\s+(\d+)/m.exec(await readFile(`/proc/${pid}/status`, 'utf8'))![1]);
+    const master = plane.pid();
+    assert.equal(await uid(master), 0);
+    const ws = await workerPids(master);
+    assert.ok(ws.length >= 1, 'a worker runs');
+    const jail = path.join(dir, 'haproxy', 'jail');
+    for (const w of ws) {
+      assert.notEqual(await uid(w), 0, `worker ${w} is not root`);
+      assert.equal(await readlink(`/proc/${w}/root`), jail, `worker ${w} is chrooted`);
+    }
+    // nothing in the jail but the sockets of the TLS hand-over (none on these ports: no ACME names)
+    for (const e of await readdir(jail)) assert.match(e, /^tls-\d+\.sock$/);
+    // and it still serves, TLS included
+    assert.equal((await request(plane.boundPort(80)!, A)).status, 200);
+  });
+
   test('a killed HAProxy is restarted and re-synced', async () => {
     const pid = plane.pid();
     process.kill(pid, 'SIGKILL');
@@ -466,19 +498,7 @@ describe('gateway on HAProxy: free ports', () => {
 });
 
 describe('gateway on HAProxy: reloads are bounded', () => {
-  /** Worker processes of a HAProxy master, from /proc. */
-  const workers = async (master: number): Promise<number> => {
-    const { readdir, readFile } = await import('node:fs/promises');
-    let n = 0;
-    for (const pid of await readdir('/proc')) {
-      if (!/^\d+$/.test(pid)) continue;
-      const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
-      // the fields after the command (which may hold spaces) start with the state, then the parent
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === master) n++;
-    }
-    return n;
-  };
+  const workers = async (master: number): Promise<number> => (await workerPids(master)).length;
 
   test('old workers holding connections are ended after mworker-max-reloads further reloads', async () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-reloads-'));

@@ -1,4 +1,5 @@
-import { mkdir, writeFile } from 'node:fs/promises';
+import { spawnSync } from 'node:child_process';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { DEFAULT_LIMITS } from '../types.js';
 import type { Counters, DataPlane, GatewayOptions, KeyPair, ListenResult, Route } from '../types.js';
@@ -27,6 +28,23 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
   minReloadGapMs?: number;
   /** picks the port for a public port mapped to 0 (default: one the OS reports free) */
   pickPort?: (host: string) => Promise<number>;
+  /** the user HAProxy's workers run as, chrooted (a root daemon only; default `haproxy`, else `nobody`) */
+  workerUser?: string;
+}
+
+/**
+ * The uid and gid HAProxy's workers drop to: the `haproxy` user Debian's
+ * package makes, else `nobody` (65534). None when the daemon is not root
+ * (it could neither chroot nor change uid).
+ */
+export function workerIdentity(user = 'haproxy'): { uid: number; gid: number } | undefined {
+  if (process.getuid?.() !== 0) return undefined;
+  for (const name of [user, 'nobody']) {
+    const r = spawnSync('getent', ['passwd', name], { encoding: 'utf8' });
+    const [, , uid, gid] = r.status === 0 ? r.stdout.split(':') : [];
+    if (uid && gid) return { uid: Number(uid), gid: Number(gid) };
+  }
+  return { uid: 65534, gid: 65534 };
 }
 
 /** HAProxy's refusal to bind a frontend's port: public port, reason, address. */
@@ -83,8 +101,12 @@ export class HaproxyDataPlane implements DataPlane {
   private readonly blocked = new Map<number, { error: string; until: number }>();
   private readonly pickPort = () => (this.o.pickPort ?? freePort)(this.o.listenHost);
 
+  /** HAProxy's workers' uid and gid (PlaneState.worker) */
+  private readonly worker: { uid: number; gid: number } | undefined;
+
   constructor(private readonly o: HaproxyPlaneOptions) {
     this.f = planeFiles(path.join(o.dataDir, 'haproxy'));
+    this.worker = workerIdentity(o.workerUser);
     this.limits = { ...DEFAULT_LIMITS, ...o.limits };
     this.certs = new PlaneCerts(o.tls);
     this.proc = new HaproxyProcess(this.f, o.log, o.cpuWeight);
@@ -198,6 +220,7 @@ export class HaproxyDataPlane implements DataPlane {
       listenHost: this.o.listenHost,
       threads: this.o.threads,
       limits: this.limits,
+      worker: this.worker,
       activatorPorts,
       acme: { port: this.acmeTls.port, names: this.acmeNames },
       ports: new Map(
@@ -291,6 +314,9 @@ export class HaproxyDataPlane implements DataPlane {
   /** Writes the configuration and maps, checks them, and starts or reloads HAProxy. */
   private async load(config: string, maps: MapTable): Promise<void> {
     await mkdir(this.f.dir, { recursive: true, mode: 0o700 });
+    // the workers' root: entered by them (x), listed by nobody
+    await mkdir(this.f.jail, { recursive: true });
+    await chmod(this.f.jail, 0o711);
     for (const [p, m] of maps) await writeFile(this.f.map(p), renderMap(m));
     await writeFile(this.f.config, config);
     await this.proc.check();
