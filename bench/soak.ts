@@ -183,6 +183,7 @@ async function inner(): Promise<number> {
     let ca = '';
     const gwPort = 443;
     const count = { api: 0, boots: 0, wakes: 0, requests: 0, retried: 0 };
+    const refusals = new Map<string, string>();
     const https = async (fqdn: string, agent?: Agent): Promise<number> => {
       const own = agent ?? new Agent({ connect: { ca, servername: fqdn } });
       const once = async () => {
@@ -191,7 +192,9 @@ async function inner(): Promise<number> {
           dispatcher: own,
           headersTimeout: 30_000,
         });
-        await r.body.text();
+        const body = await r.body.text();
+        // what a refusal says (the activator and HAProxy answer in words), for the failure's message
+        if (r.statusCode !== 200) refusals.set(fqdn, `${r.statusCode} ${body.trim().slice(0, 300)}`);
         return r.statusCode;
       };
       try {
@@ -289,7 +292,7 @@ async function inner(): Promise<number> {
       loop('wake', async () => {
         for (const fqdn of [sleepy, dreamy]) {
           const status = await https(fqdn);
-          if (status !== 200) throw new Error(`wake answered ${status}`);
+          if (status !== 200) throw new Error(`wake of ${fqdn} answered ${refusals.get(fqdn) ?? status}`);
           count.wakes++;
         }
         await sleep(2000);
@@ -298,7 +301,7 @@ async function inner(): Promise<number> {
         const agent = new Agent({ connect: { ca, servername: steady } });
         return loop('gateway', async () => {
           const status = await https(steady, agent);
-          if (status !== 200) throw new Error(`gateway answered ${status}`);
+          if (status !== 200) throw new Error(`gateway answered ${refusals.get(steady) ?? status}`);
           count.requests++;
           await sleep(10);
         }).finally(() => agent.close());

@@ -89,6 +89,7 @@ export const ConfigFileSchema = Obj({
     enabled: Type.Boolean(),
     directory: Type.String(),
     directoryCa: Type.String(),
+    uploadTrustedCa: Type.String(),
     email: Type.String(),
     maxAttempts: Int(1),
     retryBaseMs: Int(1),

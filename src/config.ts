@@ -94,6 +94,11 @@ export interface AcmeConfig {
   directory: string;
   /** PEM file of extra CAs trusted for the directory's HTTPS (a private authority, tests) */
   directoryCa?: string;
+  /**
+   * PEM file of CAs whose certificates, uploaded, prove control of their
+   * names besides the public roots (a private CA; docs/certificates.md)
+   */
+  uploadTrustedCa?: string;
   /** account contact */
   email?: string;
   /** failed attempts before a certificate goes to `error` */

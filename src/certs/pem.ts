@@ -73,6 +73,8 @@ export function certInfo(leaf: X509Certificate): CertInfo {
 
 /** The checked parts of an upload: leaf-first chain in PEM, the key in PKCS#8 PEM, and what it shows. */
 export interface CheckedUpload {
+  /** the chain, parsed (leaf first) */
+  certs: X509Certificate[];
   chain: string;
   key: string;
   info: CertInfo;
@@ -106,6 +108,7 @@ export function checkUpload(p: { chain: string; pkey: string; cn: string }, now:
     throw err('UH_CERT_MISMATCH', `the certificate is for ${info.names.join(', ') || 'no DNS name'}, not '${cn}'`);
   }
   return {
+    certs,
     chain: certs.map((c) => c.toString()).join(''),
     key: key.export({ format: 'pem', type: 'pkcs8' }) as string,
     info,

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Target } from '../domain/refs.js';
 import { ChallengeAnswers } from '../certs/challenges.js';
+import { TrustAnchors } from '../certs/trust.js';
 import { CertFiles } from '../certs/files.js';
 import { checkUpload, nameCovers, normalizeName } from '../certs/pem.js';
 import { checkName, randomSuffix } from '../domain/names.js';
@@ -32,8 +33,12 @@ export class CertificateService {
   /** HTTP-01 answers the data plane gives while orders are validated */
   readonly challenges = new ChallengeAnswers();
 
+  /** the roots an uploaded chain must reach to claim its name */
+  private readonly trust: TrustAnchors;
+
   constructor(private readonly deps: ServiceBase) {
     this.files = new CertFiles(deps.paths.certs);
+    this.trust = new TrustAnchors(deps.config.acme.uploadTrustedCa);
   }
 
   private now(): string {
@@ -43,11 +48,15 @@ export class CertificateService {
   /**
    * Refuses a custom FQDN that another account has claimed: a live
    * certificate of theirs names it exactly (a domain row is checked by the
-   * caller). An issued or uploaded certificate proves control of the name.
+   * caller) and proves control of it: one from the ACME authority (which
+   * checks control before it issues; a pending one claims until it fails),
+   * or an upload whose chain reaches a trusted root. A self-signed upload,
+   * or one of an unknown CA, claims nothing.
    */
   async checkClaimInTx(tx: Tx, user: UserRec, fqdn: string): Promise<void> {
     const other = (await tx.certificates.all()).find(
-      (c) => c.user_id !== user.id && c.state !== 'error' && c.common_name === fqdn,
+      (c) =>
+        c.user_id !== user.id && c.state !== 'error' && c.common_name === fqdn && (c.source === 'acme' || c.proven),
     );
     if (other) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is claimed by another account`);
   }
@@ -99,6 +108,7 @@ export class CertificateService {
       message: null,
       source: 'acme',
       names: [],
+      proven: false,
     };
     await assertQuota(tx, this.deps.config, user, { certificates: 1 });
     await tx.certificates.insert(rec);
@@ -140,6 +150,7 @@ export class CertificateService {
           message: null,
           source: 'upload',
           names,
+          proven: this.trust.proves(up.certs, this.deps.clock.now()),
           ...shown,
         });
         return { uuid: id, name, common_name: cn, state: 'valid', ...shown };
@@ -173,6 +184,7 @@ export class CertificateService {
           state: 'valid',
           source: 'upload',
           names,
+          proven: this.trust.proves(up.certs, this.deps.clock.now()),
           message: null,
           validation_attempt: 0,
           validation_next: null,

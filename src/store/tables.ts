@@ -43,7 +43,7 @@ export const SPECS = {
     json: ['tags'],
     bool: ['persistent', 'readonly', 'delete_lock'],
   },
-  certificates: { table: 'certificates', key: 'id', kind: 'certificate', json: ['names'], bool: [] },
+  certificates: { table: 'certificates', key: 'id', kind: 'certificate', json: ['names'], bool: ['proven'] },
   autoscale: { table: 'autoscale', key: 'group_id', kind: 'autoscale', json: ['policies'], bool: ['enabled'] },
   images: { table: 'images', key: 'digest', kind: 'image', json: [], bool: ['initrd'] },
   tags: { table: 'tags', key: 'ref', kind: 'image', json: [], bool: [] },

@@ -358,6 +358,12 @@ export interface CertificateRec {
   source: 'acme' | 'upload';
   /** DNS names the current certificate covers (empty until one is issued) */
   names: string[];
+  /**
+   * An upload whose chain verifies up to a trusted root (src/certs/trust.ts):
+   * it claims its name against other accounts. ACME certificates claim by
+   * their source (the authority checks control before it issues).
+   */
+  proven: boolean;
 }
 
 export interface StepRec {

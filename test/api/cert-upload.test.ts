@@ -1,4 +1,5 @@
-import { statSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
@@ -13,6 +14,7 @@ let h: Harness;
 let alice: string;
 let bob: string;
 let ca: TestCa;
+let caDir: string;
 let logText = '';
 /** every reply body of this file, to look for keys in */
 const answers: string[] = [];
@@ -35,12 +37,20 @@ before(async () => {
       cb();
     },
   });
-  h = await startHarness({}, (s) => [simMachines(s)], { logger: pino({ level: 'trace' }, sink) });
+  // the test CA stands for a public one: its certificates prove control of their names
+  ca = await testCa();
+  caDir = mkdtempSync(join(tmpdir(), 'uh-upload-ca-'));
+  writeFileSync(join(caDir, 'ca.pem'), ca.pem);
+  h = await startHarness({ acme: { uploadTrustedCa: join(caDir, 'ca.pem') } }, (s) => [simMachines(s)], {
+    logger: pino({ level: 'trace' }, sink),
+  });
   alice = await h.user('alice');
   bob = await h.user('bob');
-  ca = await testCa();
 });
-after(async () => h.close());
+after(async () => {
+  await h.close();
+  rmSync(caDir, { recursive: true, force: true });
+});
 
 describe('certificate uploads', () => {
   const keys: string[] = [];
@@ -183,6 +193,25 @@ describe('certificate uploads', () => {
       24,
       /claimed by another account/,
     );
+  });
+
+  test('an upload that proves nothing (self-signed, an unknown CA, a forged signature) claims no name', async () => {
+    const svc = [{ port: 443, handlers: ['http', 'tls'] }];
+    // an unknown CA; and one that copies the trusted CA's name with keys of its own
+    for (const [i, squatter] of [await testCa('CN=nobody trusts me'), await testCa()].entries()) {
+      const name = `squat${i}.example.com`;
+      const fake = await testLeaf(squatter, [name]);
+      keys.push(fake.key);
+      ok(await call('POST', '/v1/certificates', alice, { cn: name, chain: fake.cert, pkey: fake.key }));
+      // it is alice's to serve, but bob is not kept from the name
+      ok(await call('POST', '/v1/services', bob, { services: svc, domains: [{ name: `${name}.` }] }), 'service_groups');
+    }
+    // a chain that reaches a trusted root claims it
+    const real = await testLeaf(ca, ['proven.example.com']);
+    keys.push(real.key);
+    ok(await call('POST', '/v1/certificates', bob, { cn: 'proven.example.com', chain: real.cert, pkey: real.key }));
+    const r = await call('POST', '/v1/services', alice, { services: svc, domains: [{ name: 'proven.example.com.' }] });
+    assert.match(r.text, /claimed by another account/);
   });
 
   test('no private key appears in any answer or log line', () => {

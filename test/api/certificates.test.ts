@@ -79,6 +79,7 @@ describe('certificates', () => {
         message: null,
         source: 'upload',
         names: [],
+        proven: true,
       }),
     );
     const a = await groupFor(alice, 'a.wild.test.');

@@ -238,4 +238,7 @@ export const PG_MIGRATIONS: string[] = [
   ALTER TABLE instance_status ADD COLUMN snapshot jsonb;
   ALTER TABLE events ADD COLUMN message text;
   `,
+  /* 6: SQLite migration 9 (proven uploads) */ `
+  ALTER TABLE certificates ADD COLUMN proven boolean NOT NULL DEFAULT false;
+  `,
 ];

@@ -306,4 +306,7 @@ export const MIGRATIONS: string[] = [
   ALTER TABLE instance_status ADD COLUMN snapshot TEXT;
   ALTER TABLE events ADD COLUMN message TEXT;
   `,
+  /* 9: uploaded certificates claim their names only with a chain to a trusted root (issue 26) */ `
+  ALTER TABLE certificates ADD COLUMN proven INTEGER NOT NULL DEFAULT 0;
+  `,
 ];
