@@ -134,7 +134,7 @@ async function inner(): Promise<number> {
   if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
     execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
   const dataDir = mkdtempSync(join(tmpdir(), 'unihost-soak-'));
-  const env = { ...process.env, UNIHOST_ACCEL: 'tcg', UNIHOST_LOG_LEVEL: 'warn' };
+  const env = { ...process.env, UNIHOST_ACCEL: 'tcg', UNIHOST_LOG_LEVEL: 'info' };
   const cli = (...args: string[]): string =>
     execFileSync(process.execPath, [join(ROOT, 'bin', 'unihost.js'), ...args, '--data-dir', dataDir], {
       cwd: ROOT,
@@ -342,7 +342,14 @@ async function inner(): Promise<number> {
     for (const p of problems) console.log(`# NOT FLAT: ${p}`);
     if (problems.length > 0)
       console.log(
-        `# the daemon's log, last lines:\n${readFileSync(join(dataDir, 'daemon.log'), 'utf8').split('\n').slice(-60).join('\n')}`,
+        `# the daemon's log, its last warnings, errors and wake lines:\n${readFileSync(
+          join(dataDir, 'daemon.log'),
+          'utf8',
+        )
+          .split('\n')
+          .filter((l) => /"level":[5-6]0|"level":40|wake|"msg":"[^"]*(panic|exited|stopped)/.test(l))
+          .slice(-80)
+          .join('\n')}`,
       );
     return problems.length > 0 ? 1 : 0;
   } finally {

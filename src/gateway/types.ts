@@ -67,6 +67,8 @@ export interface GatewayLimits {
   hardStopAfterMs: number;
   /** reloads an old worker outlives at most (HAProxy `mworker-max-reloads`) */
   maxReloads: number;
+  /** ACME HTTP-01 requests (`/.well-known/acme-challenge/`) per client IP in 10 s; more get 429 from HAProxy */
+  acmeRequestsPer10s: number;
 }
 
 export const DEFAULT_LIMITS: GatewayLimits = {
@@ -83,6 +85,7 @@ export const DEFAULT_LIMITS: GatewayLimits = {
   queueTimeoutMs: 30_000,
   hardStopAfterMs: 600_000,
   maxReloads: 5,
+  acmeRequestsPer10s: 30,
 };
 
 export interface GatewayOptions {

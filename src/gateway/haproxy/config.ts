@@ -56,6 +56,8 @@ export const serverName = (instanceId: string): string => safe(instanceId);
 export const activatorName = (port: number): string => `uh_activator_${port}`;
 /** The backend that answers names not published on a port (HAProxy itself: no Node on the way). */
 export const unknownName = (port: number): string => `uh_unknown_${port}`;
+/** The stick table that counts ACME HTTP-01 requests per client (its own backend: only those requests are tracked). */
+export const ACME_RATE = 'uh_acme_rate';
 /** The backup server of every HTTP backend: the activator's `backup` listener of the port. */
 export const ACTIVATOR_SERVER = 'uh_activator';
 
@@ -188,8 +190,13 @@ function frontend(s: PlaneState, f: PlaneFiles, port: number, bound: number, rou
       );
     } else {
       out.push(
-        // ACME HTTP-01 before any routing or redirect (docs/certificates.md)
-        `  use_backend ${act} if { path_beg /.well-known/acme-challenge/ }`,
+        // ACME HTTP-01 before any routing or redirect (docs/certificates.md), for names published on
+        // this port only (others get HAProxy's own 404 below) and a bounded rate per client: the
+        // activator runs on the daemon's event loop
+        '  acl acme_path path_beg /.well-known/acme-challenge/',
+        `  http-request track-sc1 src table ${ACME_RATE} if acme_path`,
+        `  http-request return status 429 content-type text/plain string "unihost: too many ACME challenge requests from this address" hdr retry-after 10 if acme_path { sc1_http_req_rate(${ACME_RATE}) gt ${l.acmeRequestsPer10s} }`,
+        `  use_backend ${act} if acme_path { req.hdr(host),field(1,:),lower,map(${f.map(port)}) -m found }`,
         `  use_backend %[req.hdr(host),field(1,:),lower,map(${f.map(port)},${unknownName(port)})]`,
       );
     }
@@ -350,6 +357,7 @@ export function renderConfig(s: PlaneState, f: PlaneFiles): string {
   const out = globalSection(s, f);
   if (s.acme.names.length > 0)
     out.push('backend uh_acme_tls', '  mode tcp', `  server acme 127.0.0.1:${s.acme.port}`, '');
+  out.push(`backend ${ACME_RATE}`, '  stick-table type ip size 100k expire 1m store http_req_rate(10s)', '');
   for (const [port, { bound, routes, slots }] of [...s.ports].sort((a, b) => a[0] - b[0])) {
     out.push(...frontend(s, f, port, bound, routes), ...activator(s, port));
     if (frontendMode(routes) === 'http') out.push(...unknown(port));

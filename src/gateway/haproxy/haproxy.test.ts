@@ -350,11 +350,20 @@ describe('gateway on HAProxy', () => {
   });
 
   // last: it closes the activator
-  test('names not published are answered by HAProxy itself: the activator is not on their way', async () => {
+  test('names not published, and ACME paths past a rate, are answered by HAProxy itself: the activator is not on their way', async () => {
     await (plane as unknown as { activator: { close(): Promise<void> } }).activator.close();
     const r = await request(plane.boundPort(80)!, 'nobody-yyyy.unihost.test', '/x');
     assert.equal(r.status, 404);
     assert.match(r.body, /^unihost: no service is published at nobody-yyyy\.unihost\.test on port 80\.$/);
+    // ACME HTTP-01 paths too: only names published on the port reach the activator
+    const acme = await request(plane.boundPort(80)!, 'nobody-yyyy.unihost.test', '/.well-known/acme-challenge/tok');
+    assert.equal(acme.status, 404);
+    // and those at a bounded rate per client: HAProxy answers 429 past it
+    const statuses: number[] = [];
+    for (let i = 0; i < 45; i++)
+      statuses.push((await request(plane.boundPort(80)!, R, `/.well-known/acme-challenge/t${i}`)).status);
+    assert.ok(statuses.filter((x) => x === 429).length >= 10, statuses.join(' '));
+    assert.equal(statuses.at(-1), 429);
   });
 });
 
