@@ -167,6 +167,8 @@ async function inner(): Promise<number> {
   const url = `http://127.0.0.1:${port}`;
   const call = apiCaller(url, token);
   let failures = 0;
+  /** when the first failures happened: the daemon's log around them is printed */
+  const failedAt: number[] = [];
   try {
     for (let i = 0; ; i++) {
       if (daemon.exitCode !== null)
@@ -245,6 +247,7 @@ async function inner(): Promise<number> {
     const end = t0 + MINUTES * 60_000;
     const fail = (what: string, e: unknown) => {
       failures++;
+      if (failedAt.length < 3) failedAt.push(Date.now());
       if (failures <= 20) console.log(`# failure (${what}): ${(e as Error).message ?? String(e)}`);
     };
     const loop = async (what: string, body: () => Promise<void>) => {
@@ -340,15 +343,21 @@ async function inner(): Promise<number> {
     if (daemon.exitCode !== null || daemon.signalCode !== null)
       problems.push(`the daemon ended (${daemon.exitCode ?? daemon.signalCode})`);
     for (const p of problems) console.log(`# NOT FLAT: ${p}`);
+    const lines = readFileSync(join(dataDir, 'daemon.log'), 'utf8').split('\n');
     if (problems.length > 0)
       console.log(
-        `# the daemon's log, its last warnings, errors and wake lines:\n${readFileSync(
-          join(dataDir, 'daemon.log'),
-          'utf8',
-        )
-          .split('\n')
+        `# the daemon's log, its last warnings, errors and wake lines:\n${lines
           .filter((l) => /"level":[5-6]0|"level":40|wake|"msg":"[^"]*(panic|exited|stopped)/.test(l))
-          .slice(-80)
+          .slice(-40)
+          .join('\n')}`,
+      );
+    for (const at of failedAt)
+      console.log(
+        `# the daemon's log from 5 s before a failure to 1 s after:\n${lines
+          .filter((l) => {
+            const t = Number(/"time":(\d+)/.exec(l)?.[1]);
+            return t >= at - 5000 && t <= at + 1000;
+          })
           .join('\n')}`,
       );
     return problems.length > 0 ? 1 : 0;
