@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { MachineDriver } from '../machines/driver.js';
 import type { InstanceRec, SnapshotRec, StatusPatch } from '../store/types.js';
 import { effectiveQuotas } from '../domain/quotas.js';
+import { endedForGood } from '../domain/instance-states.js';
 import type { ControllerDeps } from './deps.js';
 import { ownAddress, type RuntimeRec } from './machine-plan.js';
 
@@ -230,15 +231,18 @@ export class Snapshots {
   }
 
   /**
-   * Level-based clean-up of an instance without a VM: a snapshot of a
-   * stopped instance is discarded (a stop ends what a suspend or standby
-   * kept), and a file no record points at is removed.
+   * Level-based clean-up of an instance without a VM: a snapshot of an
+   * instance stopped for good is discarded (a stop ends what a suspend or
+   * standby kept), and a file no record points at is removed. A start that
+   * came while the snapshot was being taken (a wake of a master on its way
+   * to standby) leaves it `stopped` with a start due: that start restores
+   * the snapshot.
    */
   async tidy(inst: InstanceRec): Promise<void> {
-    if (inst.snapshot && inst.state === 'stopped') {
+    if (inst.snapshot && endedForGood(inst)) {
       await this.s.store.tx(async (tx) => {
         const cur = await tx.instances.getAny(inst.id);
-        if (cur?.snapshot && cur.state === 'stopped') await tx.instances.updateStatus(inst.id, { snapshot: null });
+        if (cur?.snapshot && endedForGood(cur)) await tx.instances.updateStatus(inst.id, { snapshot: null });
       });
       this.log.info({ id: inst.id }, 'memory snapshot discarded: the instance was stopped');
     } else if (inst.snapshot) return;

@@ -187,6 +187,16 @@ if (!insideTestNetns()) {
         assert.deepEqual(await viaGateway(web.fqdn, agent), { status: 200, body: '4' });
         assert.equal(consoleOf(web.uuid).match(/http: listening on/g)?.length, 1);
 
+        // a start that lands while the snapshot is being taken: the instance comes back from that
+        // snapshot (the count goes on), not from a fresh boot
+        const sus = await h.call('PUT', '/v1/instances/suspend', t, { name: 'web' });
+        assert.equal(sus.body.data.instances[0].state, 'stopping', sus.text);
+        const again = await h.call('PUT', '/v1/instances/start', t, { name: 'web', wait_timeout_ms: 60_000 });
+        assert.equal(again.body.data.instances[0].state, 'running', again.text);
+        assert.deepEqual(await viaGateway(web.fqdn, agent), { status: 200, body: '5' }, 'restored, not booted');
+        assert.equal(consoleOf(web.uuid).match(/http: listening on/g)?.length, 1);
+        assert.equal((await get('web')).snapshot, undefined, 'consumed by the restore');
+
         // a stop of a suspended instance discards its snapshot
         await h.call('PUT', '/v1/instances/suspend', t, { name: 'web' });
         await inState('web', 'standby');
