@@ -33,6 +33,7 @@ export class GatewayController implements Controller {
   private readonly queue: RetryingQueue;
   private off: (() => void) | null = null;
   private offAlpn: (() => void) | null = null;
+  private offHttp01: (() => void) | null = null;
   private renew: NodeJS.Timeout | null = null;
   private lastState = new Map<string, InstanceRec['state']>();
   private certs: CertInstaller | null = null;
@@ -77,6 +78,8 @@ export class GatewayController implements Controller {
     const challenges = this.s.certificates.challenges;
     const gw = this.dataPlane;
     this.offAlpn = challenges.onAlpnChange(() => gw.setAlpnChallenges(challenges.alpnCertificates()));
+    // HTTP-01: the name the order is for is in the store; the authority may ask once a sync has published it
+    this.offHttp01 = challenges.onHttpChallenge(() => this.queue.kick('sync'));
     this.off = follow(this.s.store, {
       kinds: ['group', 'instance', 'certificate'],
       change: () => void this.queue.kick('sync'),
@@ -96,6 +99,7 @@ export class GatewayController implements Controller {
   async stop(): Promise<void> {
     this.off?.();
     this.offAlpn?.();
+    this.offHttp01?.();
     if (this.renew) clearInterval(this.renew);
     await this.queue.stop();
     await this.dataPlane?.close();
@@ -107,10 +111,11 @@ export class GatewayController implements Controller {
    * so before the held request is routed.
    */
   private async wake(groupId: string): Promise<boolean> {
-    const r = await this.waker.wake(groupId);
-    if (!r.ok) return false;
-    if (!(this.backendsByGroup.get(groupId) ?? []).some((b) => b.state === 'running')) await this.queue.kick('sync');
-    return true;
+    const r = await this.waker.wake(groupId, async () => {
+      if (!(this.backendsByGroup.get(groupId) ?? []).some((b) => b.state === 'running')) await this.queue.kick('sync');
+    });
+    if (!r.ok) this.log.debug({ group: groupId, why: r.why }, 'wake: no instance for the request (503)');
+    return r.ok;
   }
 
   /** What scale-to-zero needs to know of an instance's traffic (src/reconcile/autoscale.ts). */

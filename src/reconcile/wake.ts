@@ -21,6 +21,8 @@ export type WakeResult = { ok: true } | { ok: false; why: string };
  */
 export class Waker {
   private readonly inFlight = new Map<string, { held: number; done: Promise<WakeResult> }>();
+  /** callers held per group (through the shared start and what each does before its request goes) */
+  private readonly holding = new Map<string, number>();
   /** when each group's last held caller was let go (ms since the epoch) */
   private readonly released = new Map<string, number>();
 
@@ -31,7 +33,7 @@ export class Waker {
 
   /** Callers held for a group now (the idle clock of scale-to-zero must not stop a master they wait for). */
   held(groupId: string): number {
-    return this.inFlight.get(groupId)?.held ?? 0;
+    return this.holding.get(groupId) ?? 0;
   }
 
   /**
@@ -56,7 +58,13 @@ export class Waker {
     };
   }
 
-  async wake(groupId: string): Promise<WakeResult> {
+  /**
+   * Wakes the group's master (shared with concurrent callers). `whileHeld`
+   * runs once it runs, with the caller still held: what must happen before
+   * the request can be sent to it (the gateway's backend table catching up)
+   * does not count as idle time of the master.
+   */
+  async wake(groupId: string, whileHeld?: () => Promise<void>): Promise<WakeResult> {
     const { maxHeldPerGroup } = this.deps.config.gateway.wake;
     let f = this.inFlight.get(groupId);
     if (f && f.held >= maxHeldPerGroup) {
@@ -69,10 +77,16 @@ export class Waker {
       f = entry;
     }
     f.held++;
+    this.holding.set(groupId, (this.holding.get(groupId) ?? 0) + 1);
     try {
-      return await f.done;
+      const r = await f.done;
+      if (r.ok && whileHeld) await whileHeld();
+      return r;
     } finally {
       f.held--;
+      const n = (this.holding.get(groupId) ?? 1) - 1;
+      if (n > 0) this.holding.set(groupId, n);
+      else this.holding.delete(groupId);
       this.released.set(groupId, this.deps.clock.now());
     }
   }

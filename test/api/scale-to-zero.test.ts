@@ -213,6 +213,25 @@ describe('idle master to standby, and the wake', () => {
     assert.ok((await waker.wake(g)).ok); // running again, as the next test expects
   });
 
+  test('what the gateway does before it sends the woken request (its table catching up) is no idle time', async () => {
+    const g = m.service_group_id!;
+    traffic.set(m.id, { busy: 0, lastActivity: 0 });
+    await pass(10_000);
+    await h.until(async () => ((await get(m.id))!.state === 'standby' ? true : undefined));
+    const states: string[] = [];
+    const r = await waker.wake(g, async () => {
+      // slow: ten cooldowns pass before the request can go
+      for (let i = 0; i < 10; i++) {
+        await pass(3000);
+        states.push((await get(m.id))!.state);
+      }
+    });
+    assert.ok(r.ok);
+    assert.deepEqual(new Set(states), new Set(['running']), 'the caller is still held meanwhile');
+    await pass(1000);
+    assert.equal((await get(m.id))!.state, 'running', 'idle time counts from the release');
+  });
+
   test('a held client keeps the master from standby', async () => {
     traffic.set(m.id, { busy: 0, lastActivity: 0 });
     sim.pause(true);

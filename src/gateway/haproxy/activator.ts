@@ -22,6 +22,8 @@ export interface ActivatorOptions {
   acmeChallenge?(host: string, token: string): string | undefined;
   /** a group's request answered here (no instance): its bytes, for the group's counters */
   onAnswered?(groupId: string, bytesIn: number, bytesOut: number): void;
+  /** a woken group's request forwarded from here to an instance: open until the returned function is called */
+  onForward?(groupId: string, instanceId: string): () => void;
   log: Logger;
 }
 
@@ -110,15 +112,18 @@ export class Activator {
     });
     const woke = this.o.onNoBackend ? await this.o.onNoBackend(route.groupId).catch(() => false) : false;
     const b = woke ? this.o.backends(route.groupId).find((x) => x.state === 'running') : undefined;
+    if (woke && !b) this.o.log.warn({ group: route.groupId }, 'gateway: woken, yet no running instance in the table');
     if (!b)
       return sendText(res, 503, 'unihost: this service is unavailable: no instance of it is running.', {
         'retry-after': String(RETRY_AFTER_S),
       });
-    this.forward(req, res, b, route.destinationPort);
+    this.forward(req, res, b, route.destinationPort, route.groupId);
   }
 
-  /** Sends a woken group's first request to the instance that now runs. */
-  private forward(req: IncomingMessage, res: ServerResponse, b: Backend, port: number): void {
+  /** Sends a woken group's first request to the instance that now runs (counted open until answered). */
+  private forward(req: IncomingMessage, res: ServerResponse, b: Backend, port: number, groupId: string): void {
+    const done = this.o.onForward?.(groupId, b.instanceId);
+    if (done) res.once('close', done);
     const headers = { ...req.headers };
     const up = http.request({ host: b.host, port, method: req.method, path: req.url, headers }, (ur) => {
       res.writeHead(ur.statusCode ?? 502, ur.headers);

@@ -37,6 +37,8 @@ export class StatCounters {
   private readonly rows = new Map<string, { last: Totals }>();
   private readonly ports = new Map<number, number>();
   private readonly scur = new Map<string, number>();
+  /** connections the activator carries to an instance itself (a woken group's first ones), per instance */
+  private readonly direct = new Map<string, number>();
 
   constructor(
     private readonly hooks: {
@@ -139,8 +141,33 @@ export class StatCounters {
     return c;
   }
 
+  /**
+   * A connection to an instance that HAProxy does not see: the activator
+   * carries a woken group's first request (or TCP connection) itself. It
+   * counts as open (scale-to-zero must not put the instance back to standby
+   * under it, a drain waits for it) until the returned function is called;
+   * then it is the instance's last activity.
+   */
+  openDirect(groupId: string, instanceId: string): () => void {
+    this.instance(groupId, instanceId);
+    this.direct.set(instanceId, (this.direct.get(instanceId) ?? 0) + 1);
+    let open = true;
+    return () => {
+      if (!open) return;
+      open = false;
+      const n = (this.direct.get(instanceId) ?? 1) - 1;
+      if (n > 0) this.direct.set(instanceId, n);
+      else this.direct.delete(instanceId);
+      const now = Date.now();
+      const i = this.instances.get(instanceId);
+      if (i) i.lastActivity = now;
+      this.group(groupId).lastActivity = now;
+      if (this.connections(instanceId) === 0) this.hooks.onIdle?.(instanceId);
+    };
+  }
+
   connections(instanceId: string): number {
-    return this.instances.get(instanceId)?.openConnections ?? 0;
+    return (this.instances.get(instanceId)?.openConnections ?? 0) + (this.direct.get(instanceId) ?? 0);
   }
 
   clientConnections(port: number): number {
@@ -160,7 +187,8 @@ export class StatCounters {
   snapshot(): Counters {
     const out: Counters = { groups: {}, instances: {} };
     for (const [id, c] of this.groups) out.groups[id] = { ...c };
-    for (const [id, c] of this.instances) out.instances[id] = { ...c };
+    for (const [id, c] of this.instances)
+      out.instances[id] = { ...c, openConnections: c.openConnections + (this.direct.get(id) ?? 0) };
     return out;
   }
 }

@@ -157,8 +157,17 @@ describe('gateway on HAProxy', () => {
     assert.ok(woken.includes('gT'));
     wakeT = true;
     const s2 = await tlsConnect(plane.boundPort(8443)!, T);
-    assert.match(await readUntil(s2, (x) => x.includes('hello from')), /hello from T[ab]/);
+    const hello = await readUntil(s2, (x) => x.includes('hello from'));
+    assert.match(hello, /hello from T[ab]/);
+    // HAProxy does not see the piped connection: the plane counts it open itself (scale-to-zero must not
+    // take the woken instance away under it), and its end makes the instance idle
+    const piped = t.find((b) => hello.includes(`hello from ${b.id}`)) ?? t[0];
+    const open = () => plane.counters().instances[piped.id]?.openConnections ?? 0;
+    assert.equal(open(), 1, 'the piped connection counts as open');
+    const idleBefore = idle.length;
     s2.destroy();
+    await until(() => open() === 0, 'the piped connection is no longer counted');
+    assert.ok(idle.slice(idleBefore).includes(piped.id), 'its end is the instance going idle');
     wakeT = false;
     await apply();
   });

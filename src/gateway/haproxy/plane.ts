@@ -113,13 +113,15 @@ export class HaproxyDataPlane implements DataPlane {
     // a short pause so that a HAProxy that cannot start does not spin
     this.proc.onExit = () => setTimeout(() => this.resync('haproxy exited'), 500).unref();
     this.stats = new StatCounters({ onActivity: o.onActivity, onIdle: o.onIdle });
-    this.wake = new TcpWake({ backends: o.backends, onNoBackend: o.onNoBackend, log: o.log });
+    const onForward = (g: string, i: string) => this.stats.openDirect(g, i);
+    this.wake = new TcpWake({ backends: o.backends, onNoBackend: o.onNoBackend, onForward, log: o.log });
     this.activator = new Activator({
       routes: () => this.byPortHost,
       backends: o.backends,
       onNoBackend: o.onNoBackend,
       acmeChallenge: o.acmeChallenge,
       onAnswered: (g, i, out) => this.stats.addGroupBytes(g, i, out),
+      onForward,
       log: o.log,
     });
   }

@@ -25,6 +25,8 @@ export class TcpWake {
     private readonly o: {
       backends(groupId: string): Backend[];
       onNoBackend?(groupId: string): Promise<boolean>;
+      /** a connection piped from here to an instance: open until the returned function is called */
+      onForward?(groupId: string, instanceId: string): () => void;
       log: Logger;
     },
   ) {}
@@ -68,6 +70,8 @@ export class TcpWake {
       client.destroy();
       return;
     }
+    const done = this.o.onForward?.(t.groupId, b.instanceId);
+    if (done) client.once('close', done);
     const up = net.connect({ host: b.host, port: t.destinationPort });
     up.on('error', (e) => {
       this.o.log.warn({ instance: b.instanceId, err: e.message }, 'gateway: woken instance refused the connection');
