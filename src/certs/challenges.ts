@@ -19,12 +19,26 @@ export class ChallengeAnswers {
   private readonly byHost = new Map<string, Map<string, string>>();
   private readonly alpnByHost = new Map<string, KeyPair>();
   private readonly alpnListeners = new Set<() => void | Promise<void>>();
+  private readonly httpListeners = new Set<() => void | Promise<void>>();
 
-  add(host: string, token: string, keyAuthorization: string): void {
+  /**
+   * Answers `token` for `host` until `remove`; resolves once the data plane
+   * routes the host's challenge path (HAProxy sends it to the activator
+   * only for names published on port 80), so the authority is not asked to
+   * validate before.
+   */
+  async add(host: string, token: string, keyAuthorization: string): Promise<void> {
     const h = host.toLowerCase();
     const m = this.byHost.get(h) ?? new Map<string, string>();
     m.set(token, keyAuthorization);
     this.byHost.set(h, m);
+    await Promise.all([...this.httpListeners].map(async (fn) => fn()));
+  }
+
+  /** Calls `fn` on every new HTTP-01 challenge (awaited by `add`); returns the unsubscribe. */
+  onHttpChallenge(fn: () => void | Promise<void>): () => void {
+    this.httpListeners.add(fn);
+    return () => this.httpListeners.delete(fn);
   }
 
   remove(host: string, token: string): void {
