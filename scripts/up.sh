@@ -43,15 +43,22 @@ if [ -f "$UK_DIR/helloworld_qemu-x86_64" ] && [ -f "$UK_DIR/c-http_qemu-x86_64" 
   fi
 fi
 
+LOG="$DATA/logs/current.log"
 alive() { curl -s -o /dev/null -w '%{http_code}' "$URL/" 2>/dev/null | grep -q 401; }
 if [ -f "$DATA/unihost.pid" ] && kill -0 "$(cat "$DATA/unihost.pid")" 2>/dev/null && alive; then
   echo "==> the daemon is already running (pid $(cat "$DATA/unihost.pid"))"
 else
-  echo "==> starting the daemon on $URL (log: $DATA/unihost.log)"
-  setsid nohup node bin/unihost.js serve --listen "$LISTEN" >>"$DATA/unihost.log" 2>&1 </dev/null &
+  echo "==> starting the daemon on $URL (log: $LOG, rolled every 20 MB)"
+  # the log rolls itself (--log-file); what the process prints outside it (a crash) goes to unihost.out
+  setsid nohup node bin/unihost.js serve --listen "$LISTEN" --log-file "$DATA/logs/unihost.log" \
+    >>"$DATA/unihost.out" 2>&1 </dev/null &
   echo $! >"$DATA/unihost.pid"
   for _ in $(seq 1 100); do alive && break; sleep 0.2; done
-  alive || { echo "the daemon did not come up; see $DATA/unihost.log" >&2; tail -20 "$DATA/unihost.log" >&2; exit 1; }
+  alive || {
+    echo "the daemon did not come up; see $LOG and $DATA/unihost.out" >&2
+    tail -20 "$LOG" "$DATA/unihost.out" >&2 2>/dev/null
+    exit 1
+  }
 fi
 
 if node bin/unihost.js admin user list | cut -f1 | grep -qx "$USER_NAME"; then
@@ -63,7 +70,7 @@ echo "$TOKEN" >"$DATA/$USER_NAME.token"
 
 cat <<MSG
 
-unihost is running at $URL  (data: $DATA, log: $DATA/unihost.log, stop: kill \$(cat $DATA/unihost.pid))
+unihost is running at $URL  (data: $DATA, log: $LOG, stop: kill \$(cat $DATA/unihost.pid))
 User '$USER_NAME' token (also in $DATA/$USER_NAME.token):
 
   export UKC_METRO=$URL

@@ -58,6 +58,7 @@ export const ConfigFileSchema = Obj({
   subnet: Type.String(),
   defaultQuotas: Obj({ hard: Hard, limits: Limits }),
   logLevel: OneOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),
+  log: Obj({ file: Type.String(), maxSizeMb: Int(1), keep: Int(0) }),
   machines: Obj({
     driver: Type.String(),
     accel: OneOf('auto', 'kvm', 'tcg'),

@@ -36,6 +36,12 @@ export interface Config {
   subnet: string;
   defaultQuotas: { hard: Hard; limits: Limits };
   logLevel: string;
+  /**
+   * Where the daemon's log goes: '' for stdout (systemd's journal, a
+   * terminal), else a file rolled at `maxSizeMb`, `keep` old ones kept
+   * (docs/operations.md, "Logs").
+   */
+  log: { file: string; maxSizeMb: number; keep: number };
   machines: MachinesConfig;
   network: NetworkConfig;
   volumes: VolumesConfig;
@@ -241,6 +247,7 @@ export const DEFAULTS: Config = {
     },
   },
   logLevel: 'info',
+  log: { file: '', maxSizeMb: 20, keep: 5 },
   network: { enabled: true, driver: 'host', bridge: 'uhbr0', dns: true, dnsPort: 53 },
   volumes: { driver: 'ext4' },
   gateway: {
@@ -303,6 +310,7 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;
   if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;
   if (env.UNIHOST_LOG_LEVEL) c.logLevel = env.UNIHOST_LOG_LEVEL;
+  if (env.UNIHOST_LOG_FILE !== undefined) c.log = { file: env.UNIHOST_LOG_FILE };
   if (env.UNIHOST_HOST_MEMORY_MB) {
     const mb = Number(env.UNIHOST_HOST_MEMORY_MB);
     if (!Number.isInteger(mb) || mb < 0)

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
+import { logDestination } from './log.js';
 import { buildApi } from './api/server.js';
 import { GatewayController } from './reconcile/gateway.js';
 import { MachineController } from './reconcile/machines.js';
@@ -75,7 +76,7 @@ export function pruneEvents(store: Store, days: number, now: number): Promise<nu
  * again, and the store closed, when a later step fails.
  */
 export async function startDaemon(config: Config, opts: DaemonOptions = {}): Promise<Daemon> {
-  const logger = opts.logger ?? pino({ level: config.logLevel });
+  const logger = opts.logger ?? pino({ level: config.logLevel }, logDestination(config.log));
   const https = tlsFiles(config);
   restrictFileModes(config.dataDir);
   const store = await openStore(config.store.url, pathsFor(config.dataDir).db, (msg, e) =>

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { resolve } from 'node:path';
 import { loadConfig, parseRoles } from '../config.js';
 
 interface ServeOpts {
@@ -13,6 +14,7 @@ interface ServeOpts {
   store?: string;
   role?: string;
   hostName?: string;
+  logFile?: string;
 }
 
 /** `unihost serve`: runs the daemon in the foreground until SIGINT/SIGTERM. */
@@ -28,6 +30,10 @@ export function registerServe(program: Command): void {
       'public domain of the metro (env UNIHOST_METRO_DOMAIN; default unihost.localhost)',
     )
     .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)')
+    .option(
+      '--log-file <file>',
+      'log to this file, rolled every 20 MB, 5 kept (env UNIHOST_LOG_FILE; config log.*; default stdout)',
+    )
     .option('--tls-cert <file>', 'serve the API over HTTPS with this PEM certificate chain (env UNIHOST_TLS_CERT)')
     .option('--tls-key <file>', 'the PEM key of --tls-cert (env UNIHOST_TLS_KEY)')
     .option(
@@ -47,12 +53,13 @@ export function registerServe(program: Command): void {
       "this host's name as its agent registers it (env UNIHOST_HOST_NAME; default the hostname)",
     )
     .action(async (o: ServeOpts) => {
-      const { tlsCert, tlsKey, acmeDirectory, store, role, hostName, ...rest } = o;
+      const { tlsCert, tlsKey, acmeDirectory, store, role, hostName, logFile, ...rest } = o;
       const config = loadConfig({
         ...rest,
         ...(store !== undefined ? { store: { url: store } } : {}),
         ...(role !== undefined ? { roles: parseRoles(role, '--role') } : {}),
         ...(hostName !== undefined ? { host: { name: hostName } } : {}),
+        ...(logFile !== undefined ? { log: { file: resolve(logFile) } } : {}),
         tls: { cert: tlsCert, key: tlsKey },
         ...(acmeDirectory ? { acme: { directory: acmeDirectory } } : {}),
       });

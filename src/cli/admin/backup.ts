@@ -51,7 +51,10 @@ const NOT_COPIED = new Set([
   'haproxy',
   'control.sock',
   'unihost.pid',
+  // the daemon's own logs (scripts/up.sh: logs/ rolled by --log-file, unihost.out)
   'unihost.log',
+  'unihost.out',
+  'logs',
 ]);
 /** What is kept of an instance's directory: its console log and its memory snapshot (the rest is runtime). */
 const INSTANCE_FILES = ['console.log', 'console.base', 'snapshot.mem'];
