@@ -46,13 +46,33 @@ export class AcmeIssuer {
     return key;
   }
 
+  /**
+   * The client, with its account found or registered. A daemon that starts
+   * again has the key of an account the authority knows: acme-client's own
+   * registration would then send an update holding only the terms of
+   * service, which authorities refuse as an empty update (pebble: "Use
+   * POST-as-GET to retrieve account data"), failing the first order after
+   * every restart. So the account is looked up first (`onlyReturnExisting`,
+   * a POST-as-GET) and registered only when there is none.
+   */
   private async getClient(): Promise<acme.Client> {
-    this.client ??= new acme.Client({
+    if (this.client) return this.client;
+    const client = new acme.Client({
       directoryUrl: this.o.directoryUrl,
       accountKey: await this.accountKey(),
       backoffAttempts: 5,
     });
-    return this.client;
+    try {
+      await client.createAccount({ onlyReturnExisting: true });
+    } catch {
+      // none for this key (or the lookup failed: the registration says why)
+      await client.createAccount({
+        termsOfServiceAgreed: true,
+        ...(this.o.email ? { contact: [`mailto:${this.o.email}`] } : {}),
+      });
+    }
+    this.client = client;
+    return client;
   }
 
   /** A new key and certificate chain (leaf first) for `fqdn`; throws the authority's problem. */

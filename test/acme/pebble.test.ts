@@ -9,23 +9,19 @@
  * controller's log.
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import dgram from 'node:dgram';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import https from 'node:https';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import tls from 'node:tls';
-import * as packet from 'dns-packet';
 import { Writable } from 'node:stream';
 import pino from 'pino';
+import { AcmeIssuer } from '../../src/certs/acme.js';
 import { CertificateController } from '../../src/reconcile/certificates.js';
 import { dataPlane } from '../../src/drivers.js';
 import { GatewayController } from '../../src/reconcile/gateway.js';
-import { testCa, testLeaf } from '../helpers/certs.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { insideTestNetns, runInTestNetns } from '../helpers/netns.js';
+import { hasPebble, startPebble, type Pebble } from '../helpers/pebble.js';
 import { replyAsserts } from '../helpers/replies.js';
 import { simMachines } from '../helpers/sim-machines.js';
 
@@ -36,7 +32,7 @@ if (!insideTestNetns()) {
   runInTestNetns(
     import.meta.url,
     'ACME with pebble (in a network namespace)',
-    process.getuid?.() !== 0 || !has('ip') || !has('pebble')
+    process.getuid?.() !== 0 || !has('ip') || !hasPebble()
       ? 'needs root, ip and pebble (apt-get install pebble)'
       : false,
   );
@@ -44,11 +40,8 @@ if (!insideTestNetns()) {
   let h: Harness;
   let gw: GatewayController;
   let certs: CertificateController;
-  let pebble: ChildProcess;
-  let dns: dgram.Socket;
-  let work: string;
+  let pebble: Pebble;
   let pebbleRoot = '';
-  let testCaPem = '';
   let alice: string;
   /** (fqdn, challenge) of every order, from the controller's 'certificates: ordering' lines */
   const orders: { fqdn: string; method: string }[] = [];
@@ -63,18 +56,6 @@ if (!insideTestNetns()) {
   });
   const methodsFor = (fqdn: string) => orders.filter((o) => o.fqdn === fqdn).map((o) => o.method);
 
-  /** HTTPS GET from pebble's management port (trusting the test CA that signed pebble's own certificate). */
-  const fetchText = (url: string): Promise<string> =>
-    new Promise((resolve, reject) => {
-      https
-        .get(url, { ca: testCaPem }, (res) => {
-          let t = '';
-          res.on('data', (d: Buffer) => (t += d.toString()));
-          res.on('end', () => resolve(t));
-        })
-        .on('error', reject);
-    });
-
   function handshake(servername: string): Promise<tls.TLSSocket> {
     return new Promise((resolve, reject) => {
       const s = tls.connect({ host: '127.0.0.1', port: 443, servername, ca: pebbleRoot }, () => resolve(s));
@@ -85,69 +66,20 @@ if (!insideTestNetns()) {
   const cert = async (uuid: string) => ok(await h.call('GET', '/v1/certificates', alice, { uuid }))[0];
 
   before(async () => {
-    work = mkdtempSync(join(tmpdir(), 'uh-pebble-'));
-    const ca = await testCa('CN=pebble listener test CA');
-    testCaPem = ca.pem;
-    const leaf = await testLeaf(ca, ['localhost']);
-    writeFileSync(join(work, 'ca.pem'), ca.pem);
-    writeFileSync(join(work, 'cert.pem'), leaf.cert);
-    writeFileSync(join(work, 'key.pem'), leaf.key);
-    writeFileSync(
-      join(work, 'pebble.json'),
-      JSON.stringify({
-        pebble: {
-          listenAddress: '127.0.0.1:14000',
-          managementListenAddress: '127.0.0.1:15000',
-          certificate: join(work, 'cert.pem'),
-          privateKey: join(work, 'key.pem'),
-          httpPort: 80,
-          tlsPort: 443,
-          ocspResponderURL: '',
-          externalAccountBindingRequired: false,
-        },
-      }),
-    );
-    // The VA's resolver: test domains are the gateway (127.0.0.1), `fail.` ones an address nothing serves.
-    dns = dgram.createSocket('udp4');
-    dns.on('message', (msg, rinfo) => {
-      const q = packet.decode(msg);
-      const name = q.questions?.[0]?.name ?? '';
-      const type = q.questions?.[0]?.type;
-      const answers: packet.Answer[] =
-        type === 'A' && name.endsWith('example.test')
-          ? [{ type: 'A', name, ttl: 1, data: name.startsWith('fail.') ? '127.0.0.9' : '127.0.0.1' }]
-          : [];
-      const out = packet.encode({
-        id: q.id,
-        type: 'response',
-        flags: packet.AUTHORITATIVE_ANSWER,
-        questions: q.questions,
-        answers,
-      });
-      dns.send(out, rinfo.port, rinfo.address);
-    });
-    await new Promise<void>((r) => dns.bind(5353, '127.0.0.1', r));
-    pebble = spawn('pebble', ['-config', join(work, 'pebble.json'), '-dnsserver', '127.0.0.1:5353'], {
-      env: { ...process.env, PEBBLE_VA_NOSLEEP: '1', PEBBLE_WFE_NONCEREJECT: '0' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let plog = '';
-    await new Promise<void>((resolve, reject) => {
-      const onOut = (d: Buffer) => {
-        plog += d.toString();
-        if (plog.includes('ACME directory available')) resolve();
-      };
-      pebble.stdout!.on('data', onOut);
-      pebble.stderr!.on('data', onOut);
-      pebble.once('exit', (c) => reject(new Error(`pebble exited ${c}: ${plog}`)));
+    // the VA's resolver: test domains are the gateway (127.0.0.1), `fail.` ones an address nothing serves
+    pebble = await startPebble({
+      httpPort: 80,
+      tlsPort: 443,
+      resolve: (name) =>
+        name.endsWith('example.test') ? (name.startsWith('fail.') ? '127.0.0.9' : '127.0.0.1') : undefined,
     });
     h = await startHarness(
       {
         gateway: { enabled: true, listen: '127.0.0.1', portOffset: 0 },
         acme: {
           enabled: true,
-          directory: 'https://localhost:14000/dir',
-          directoryCa: join(work, 'ca.pem'),
+          directory: pebble.directory,
+          directoryCa: pebble.directoryCa,
           maxAttempts: 2,
           retryBaseMs: 20,
           retryMaxMs: 100,
@@ -160,15 +92,13 @@ if (!insideTestNetns()) {
       },
     );
     alice = await h.user('alice');
-    pebbleRoot = await fetchText('https://localhost:15000/roots/0');
+    pebbleRoot = await pebble.root();
     assert.match(pebbleRoot, /BEGIN CERTIFICATE/);
   });
 
   after(async () => {
     await h?.close();
-    pebble?.kill();
-    dns?.close();
-    rmSync(work, { recursive: true, force: true });
+    await pebble?.close();
   });
 
   const group = async (fqdn: string, services: unknown[] = [{ port: 443, handlers: ['http', 'tls'] }]) =>
@@ -261,6 +191,24 @@ if (!insideTestNetns()) {
       const g2 = await group('app.example.test.');
       assert.equal(g2.domains[0].certificate.uuid, appCert.uuid);
       assert.equal(g2.domains[0].certificate.state, 'valid');
+    });
+
+    test('a daemon that starts again (its account key known to the authority) orders at its first attempt', async () => {
+      // a new issuer on the same account key, as after a restart; pebble refuses acme-client's plain
+      // re-registration of a known key as an empty account update
+      const again = new AcmeIssuer({
+        directoryUrl: pebble.directory,
+        dir: h.daemon.services.paths.acme,
+        directoryCa: readFileSync(pebble.directoryCa, 'utf8'),
+        challenges: h.daemon.services.certificates.challenges,
+      });
+      await group('again.example.test.', [
+        { port: 443, handlers: ['http', 'tls'] },
+        { port: 80, destination_port: 443, handlers: ['http', 'redirect'] },
+      ]);
+      await gw.settled();
+      const pair = await again.issue('again.example.test', 'http-01');
+      assert.match(pair.cert, /BEGIN CERTIFICATE/);
     });
   });
 }
