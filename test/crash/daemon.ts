@@ -18,6 +18,8 @@ export interface DaemonSpec {
   dataDir: string;
   port: number;
   guestOut: string;
+  /** custom domains' certificates from this ACME authority (test/helpers/pebble.ts); none: ACME off */
+  acme?: { directory: string; directoryCa: string };
 }
 
 /** Runs a CLI command from the sources; returns its stdout. */
@@ -50,7 +52,9 @@ export class CrashDaemon {
         // the gateway (HAProxy, killed too) and the .internal DNS run, as in production
         network: { enabled: true, bridge: 'uhcrash0', dns: true },
         gateway: { enabled: true, listen: '127.0.0.1', portOffset: GATEWAY_PORT_OFFSET },
-        acme: { enabled: false },
+        acme: spec.acme
+          ? { enabled: true, ...spec.acme, maxAttempts: 5, retryBaseMs: 500, retryMaxMs: 2000 }
+          : { enabled: false },
         machines: { accel: 'tcg', ksm: false, bootTimeoutMs: 120_000, stopTimeoutMs: 10_000 },
         rateLimit: { max: 0 },
         authFailures: { max: 0 },

@@ -9,7 +9,7 @@
  * the host with the store: lost writes, leftovers (QEMU, taps, nftables
  * elements, files) and instances that did not converge are counted.
  *
- *   npx tsx test/crash/run.ts [--ops 1000] [--kills 30] [--clients 8] [--seed N] [--max-instances 2]
+ *   npx tsx test/crash/run.ts [--ops 1000] [--kills 30] [--clients 8] [--seed N] [--max-instances 2] [--no-acme]
  *
  * Needs root, ip, nft, QEMU and the test images (UNIHOST_GUEST_OUT or
  * guest/out); runs itself inside a network namespace it creates and deletes.
@@ -23,7 +23,8 @@ import { parseArgs } from 'node:util';
 import { insideTestNetns, runFileInNewNetns } from '../helpers/netns.js';
 import { guestOut, killLeaks } from '../helpers/vm.js';
 import { check, converged, haproxyMasters, type CheckResult } from './check.js';
-import { CrashDaemon } from './daemon.js';
+import { CrashDaemon, GATEWAY_PORT_OFFSET } from './daemon.js';
+import { hasPebble, startPebble } from '../helpers/pebble.js';
 import { Client, Ledger, prng } from './workload.js';
 
 export interface CrashOptions {
@@ -34,6 +35,12 @@ export interface CrashOptions {
   maxInstances: number;
   /** also SIGKILL the gateway's HAProxy master in 40% of the kills (the long form; see docs/security.md) */
   killHaproxy?: boolean;
+  /**
+   * ACME on, against pebble in the harness's namespace: half the new groups
+   * get a custom domain, whose order the kills interrupt; at the end each
+   * must be valid and served by the gateway (needs Debian's pebble)
+   */
+  acme?: boolean;
   /** progress lines (stderr by default) */
   say?: (line: string) => void;
 }
@@ -53,7 +60,12 @@ export interface CrashReport extends CheckResult {
   instances: number;
   volumes: number;
   groups: number;
+  /** groups created with a custom domain (an ACME order each) */
+  customDomains: number;
 }
+
+/** custom domains of the harness's groups (its DNS answers them with the gateway's address) */
+const CUSTOM_DOMAIN = 'crash.test';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -62,7 +74,20 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
   const say = o.say ?? ((l: string) => process.stderr.write(`${l}\n`));
   const rnd = prng(o.seed);
   const dataDir = mkdtempSync(join(tmpdir(), 'unihost-crash-'));
-  const d = new CrashDaemon({ dataDir, port: 7990, guestOut: guestOut() });
+  // the gateway's ports are offset (443 -> 20443): the authority validates there
+  const pebble = o.acme
+    ? await startPebble({
+        httpPort: 80 + GATEWAY_PORT_OFFSET,
+        tlsPort: 443 + GATEWAY_PORT_OFFSET,
+        resolve: (name) => (name.endsWith(`.${CUSTOM_DOMAIN}`) ? '127.0.0.1' : undefined),
+      })
+    : undefined;
+  const d = new CrashDaemon({
+    dataDir,
+    port: 7990,
+    guestOut: guestOut(),
+    ...(pebble ? { acme: { directory: pebble.directory, directoryCa: pebble.directoryCa } } : {}),
+  });
   const ledger = new Ledger();
   let daemonKills = 0;
   let killsInFlight = 0;
@@ -77,7 +102,17 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
     const points = Array.from({ length: o.kills }, () => Math.floor(rnd() * o.ops)).sort((a, b) => a - b);
     const clients = Array.from(
       { length: o.clients },
-      (_, id) => new Client({ url: d.url, token, rnd, ledger, maxInstances: o.maxInstances, up: () => upGate, id }),
+      (_, id) =>
+        new Client({
+          url: d.url,
+          token,
+          rnd,
+          ledger,
+          maxInstances: o.maxInstances,
+          up: () => upGate,
+          id,
+          ...(pebble ? { customDomain: CUSTOM_DOMAIN } : {}),
+        }),
     );
     let started = 0;
     const worker = async (c: Client): Promise<void> => {
@@ -136,7 +171,7 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
       await sleep(500);
       pending = await converged(dataDir);
     }
-    const result = await check(d.url, token, dataDir, ledger);
+    const result = await check(d.url, token, dataDir, ledger, pebble && (await pebble.root()));
     return {
       seed: o.seed,
       ops: ledger.ops,
@@ -151,10 +186,12 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
       instances: ledger.instances.size,
       volumes: ledger.volumes.size,
       groups: ledger.groups.size,
+      customDomains: [...ledger.groups.values()].filter((g) => g.custom).length,
       ...result,
     };
   } finally {
     await d.kill();
+    await pebble?.close();
     killLeaks([dataDir]);
     rmSync(dataDir, { recursive: true, force: true });
   }
@@ -175,7 +212,7 @@ function qemuPids(dataDir: string): number[] {
 export function describeReport(r: CrashReport): string {
   const lines = [
     `seed ${r.seed}: ${r.ops} operations (${r.acknowledged} acknowledged, ${r.refused} refused, ${r.unanswered} unanswered by a killed daemon)`,
-    `objects: ${r.instances} instances, ${r.volumes} volumes, ${r.groups} groups created; ${r.suspends} suspends acknowledged`,
+    `objects: ${r.instances} instances, ${r.volumes} volumes, ${r.groups} groups created (${r.customDomains} with a custom domain: an ACME order); ${r.suspends} suspends acknowledged`,
     `kills: ${r.daemonKills} daemon (SIGKILL; ${r.killsInFlight} with requests in flight), ${r.qemuKills} QEMU, ${r.haproxyKills} HAProxy master`,
     `lost acknowledged writes: ${r.lost.length}`,
     ...r.lost.map((l) => `  ${l}`),
@@ -195,6 +232,7 @@ async function main(): Promise<void> {
       clients: { type: 'string', default: '8' },
       seed: { type: 'string' },
       'max-instances': { type: 'string', default: '2' },
+      'no-acme': { type: 'boolean', default: false },
     },
   });
   const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
@@ -204,6 +242,7 @@ async function main(): Promise<void> {
     clients: Number(values.clients),
     seed,
     maxInstances: Number(values['max-instances']),
+    acme: !values['no-acme'] && hasPebble(),
   };
   process.stderr.write(`crash harness: ${JSON.stringify(opts)} (replay with --seed ${seed})\n`);
   const r = await runCrash(opts);

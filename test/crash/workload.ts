@@ -40,6 +40,8 @@ export interface GroupModel {
   owner: number;
   name: string;
   exists: Maybe<boolean>;
+  /** its custom domain (a certificate from the harness's ACME authority), if it has one */
+  custom?: string;
 }
 
 /** What the acknowledged writes promise, by uuid. */
@@ -70,6 +72,8 @@ export interface ClientOptions {
   maxInstances: number;
   /** resolves while the daemon is up; the harness swaps it during a restart */
   up: () => Promise<void>;
+  /** a domain under which half of the new groups get a custom name (ACME on); none: metro names only */
+  customDomain?: string;
   id: number;
 }
 
@@ -251,13 +255,30 @@ export class Client {
 
   private async createGroup(): Promise<Reply> {
     const name = this.name('g');
+    // with ACME on, half the groups get a custom name too (an order), and half of those publish port 80
+    // (HTTP-01; the others are validated over TLS-ALPN-01 on 443)
+    const custom = this.o.customDomain && this.o.rnd() < 0.5 ? `${name}.${this.o.customDomain}` : undefined;
+    const http01 = custom !== undefined && this.o.rnd() < 0.5;
     const r = await this.call(
       'POST',
       '/v1/services',
-      { name, services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
+      {
+        name,
+        services: [
+          { port: 443, destination_port: 8080, handlers: ['tls', 'http'] },
+          ...(http01 ? [{ port: 80, destination_port: 443, handlers: ['http', 'redirect'] }] : []),
+        ],
+        ...(custom ? { domains: [{ name }, { name: `${custom}.` }] } : {}),
+      },
       'service_groups',
     );
-    if (r.ok) this.o.ledger.groups.set(String(r.entry.uuid), { owner: this.o.id, name, exists: true });
+    if (r.ok)
+      this.o.ledger.groups.set(String(r.entry.uuid), {
+        owner: this.o.id,
+        name,
+        exists: true,
+        ...(custom ? { custom } : {}),
+      });
     return r;
   }
 
