@@ -19,6 +19,8 @@ export interface CheckResult {
   lost: string[];
   leftovers: string[];
   notConverged: string[];
+  /** what came right only after a wait (the gateway catching up after the last restart): reported, not failed */
+  late: string[];
 }
 
 async function list(url: string, token: string, path: string, plural: string): Promise<Row[]> {
@@ -87,6 +89,23 @@ function tlsOk(port: number, name: string, ca: string): Promise<string | undefin
     s.once('error', (e) => resolve(e.message));
     s.once('timeout', () => (s.destroy(), resolve('timed out')));
   });
+}
+
+/**
+ * `tlsOk`, asked again every 500 ms for up to 15 s: the gateway's first sync
+ * after the last restart (a reload, certificates installed) may still run.
+ * Returns why it never worked, or, when it worked late, how late.
+ */
+async function tlsEventually(port: number, name: string, ca: string): Promise<{ why?: string; lateMs?: number }> {
+  const t0 = Date.now();
+  let why = await tlsOk(port, name, ca);
+  const first = why;
+  for (let i = 0; why && i < 30; i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    why = await tlsOk(port, name, ca);
+  }
+  if (why) return { why };
+  return first ? { lateMs: Date.now() - t0 } : {};
 }
 
 /** QEMU processes whose command line names this data dir: pid → instance id (from its runtime dir). */
@@ -163,6 +182,7 @@ export async function check(
 ): Promise<CheckResult> {
   const lost: string[] = [];
   const notConverged: string[] = [];
+  const late: string[] = [];
   const instances = new Map((await list(url, token, '/v1/instances', 'instances')).map((i) => [String(i.uuid), i]));
   const volumes = new Map((await list(url, token, '/v1/volumes', 'volumes')).map((v) => [String(v.uuid), v]));
   const groups = new Map((await list(url, token, '/v1/services', 'service_groups')).map((g) => [String(g.uuid), g]));
@@ -246,8 +266,9 @@ export async function check(
       (x) => !x.certificate,
     )?.fqdn;
     if (!fqdn) continue;
-    const why = await tlsOk(443 + GATEWAY_PORT_OFFSET, fqdn, ca);
-    if (why) lost.push(`group ${String(g.name)} (${id}): no TLS for ${fqdn} at the gateway: ${why}`);
+    const r = await tlsEventually(443 + GATEWAY_PORT_OFFSET, fqdn, ca);
+    if (r.why) lost.push(`group ${String(g.name)} (${id}): no TLS for ${fqdn} at the gateway: ${r.why}`);
+    else if (r.lateMs) late.push(`TLS for ${fqdn} at the gateway after ${r.lateMs} ms`);
   }
   // Custom domains (ACME on): the order came through the kills; the gateway serves its certificate
   for (const [id, m] of ledger.groups) {
@@ -263,13 +284,10 @@ export async function check(
         `group ${m.name}: the certificate of ${m.custom} is ${String(d.certificate?.state)}: ${String(c?.message ?? c?.validation_attempt)}`,
       );
     } else {
-      // installed by the gateway's next sync after the certificate turned valid: a few seconds at most
-      let why = await tlsOk(443 + GATEWAY_PORT_OFFSET, m.custom, acmeRoot);
-      for (let i = 0; why && i < 30; i++) {
-        await new Promise((r) => setTimeout(r, 500));
-        why = await tlsOk(443 + GATEWAY_PORT_OFFSET, m.custom, acmeRoot);
-      }
-      if (why) lost.push(`group ${m.name}: ${m.custom} is not served with its ACME certificate: ${why}`);
+      // installed by the gateway's next sync after the certificate turned valid
+      const r = await tlsEventually(443 + GATEWAY_PORT_OFFSET, m.custom, acmeRoot);
+      if (r.why) lost.push(`group ${m.name}: ${m.custom} is not served with its ACME certificate: ${r.why}`);
+      else if (r.lateMs) late.push(`${m.custom} served with its ACME certificate after ${r.lateMs} ms`);
     }
   }
   // Per-VM cgroups of instances that run no VM: v1 (one tree per controller) or v2 (one unified tree)
@@ -282,5 +300,5 @@ export async function check(
       if (e.isDirectory() && known.has(e.name) && !running.has(e.name))
         leftovers.push(`${ctl} cgroup of ${e.name} without a VM`);
   }
-  return { lost, leftovers, notConverged: [...notConverged, ...(await converged(dataDir))] };
+  return { lost, leftovers, notConverged: [...notConverged, ...(await converged(dataDir))], late };
 }

@@ -220,6 +220,8 @@ export function describeReport(r: CrashReport): string {
     ...r.leftovers.map((l) => `  ${l}`),
     `instances not converged: ${r.notConverged.length}`,
     ...r.notConverged.map((l) => `  ${l}`),
+    ...(r.late.length ? [`right only after a wait (the gateway catching up): ${r.late.length}`] : []),
+    ...r.late.map((l) => `  ${l}`),
   ];
   return lines.join('\n');
 }
