@@ -7,6 +7,8 @@ import { MANIFEST_MAX, type Caller, type Page } from '../services/registry.js';
 import { RegistryTokens } from '../services/registry-tokens.js';
 import { RequestWindows, type AuthFailureLimit, type RateLimitOptions } from './rate-limit.js';
 
+/** Largest form `POST /v2/token` reads. */
+const OAUTH_FORM_MAX = 8192;
 /** Lifetime of the scoped tokens of `GET /v2/token`. */
 const TOKEN_TTL_S = 300;
 /** Uploads not written to for this long are removed. */
@@ -214,14 +216,17 @@ export function registerRegistry(
       }
     };
 
-    async function caller(req: FastifyRequest): Promise<Caller> {
-      const wait = failures?.blockedFor(req.ip) ?? 0;
+    const caller = (req: FastifyRequest): Promise<Caller> => callerOf(req.ip, req.headers.authorization);
+
+    /** Who sends `authorization` from address `ip`, or the registry's refusal. */
+    async function callerOf(ip: string, authorization: string | undefined): Promise<Caller> {
+      const wait = failures?.blockedFor(ip) ?? 0;
       // as for the v1 API: credentials already seen to be valid pass even from a blocked address
       // (everyone behind the gateway shares 127.0.0.1); others are not even looked at
-      if (wait > 0 && !knownGood(services, tokens, req.headers.authorization)) {
-        throw new RegistryError('TOOMANYREQUESTS', `too many failed logins from ${req.ip}; retry after ${wait} s`);
+      if (wait > 0 && !knownGood(services, tokens, authorization)) {
+        throw new RegistryError('TOOMANYREQUESTS', `too many failed logins from ${ip}; retry after ${wait} s`);
       }
-      const who = await authenticate(services, tokens, req.headers.authorization);
+      const who = await authenticate(services, tokens, authorization);
       if (who) {
         const retry = windows?.take(who.user.id) ?? 0;
         if (retry > 0)
@@ -232,13 +237,81 @@ export function registerRegistry(
           );
         return who;
       }
-      if (req.headers.authorization) failures?.fail(req.ip);
+      if (authorization) failures?.fail(ip);
       throw new RegistryError(
         'UNAUTHORIZED',
-        req.headers.authorization
-          ? 'invalid credentials'
-          : 'authentication required: log in with your user name and API token',
+        authorization ? 'invalid credentials' : 'authentication required: log in with your user name and API token',
       );
+    }
+
+    /** A scoped token for `who`: what it asked (`scope` values) and may have. */
+    function scopedToken(who: Caller, asked: string[]) {
+      const scopes = reg.grant(who.user, parseScopes(asked));
+      const now = Date.now();
+      const token = tokens.issue({
+        sub: who.user.id,
+        name: who.user.name,
+        access: scopes,
+        exp: Math.floor(now / 1000) + TOKEN_TTL_S,
+      });
+      return { token, access_token: token, expires_in: TOKEN_TTL_S, issued_at: new Date(now).toISOString() };
+    }
+
+    /**
+     * The OAuth2 form of the token endpoint (distribution's token spec,
+     * "oauth"): a form-encoded POST with `grant_type=password` (user name
+     * and API token) or `grant_type=refresh_token` (the refresh token this
+     * endpoint gave: the API token itself, so nothing new is stored by the
+     * client), `service`, `scope` (space-separated) and `client_id`.
+     * `access_type=offline` asks for a refresh token.
+     */
+    async function oauthToken(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+      const type = String(req.headers['content-type'] ?? '')
+        .split(';')[0]!
+        .trim()
+        .toLowerCase();
+      if (type !== 'application/x-www-form-urlencoded')
+        throw new RegistryError('UNSUPPORTED', 'POST /v2/token takes an application/x-www-form-urlencoded form');
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const c of req.raw as AsyncIterable<Buffer>) {
+        size += c.length;
+        if (size > OAUTH_FORM_MAX) throw new RegistryError('SIZE_INVALID', `the form is over ${OAUTH_FORM_MAX} bytes`);
+        chunks.push(c);
+      }
+      const form = new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
+      const grant = form.get('grant_type');
+      let secret: string | null;
+      let name: string | null = null;
+      if (grant === 'password') {
+        name = form.get('username');
+        secret = form.get('password');
+        if (!name || !secret)
+          throw new RegistryError('UNAUTHORIZED', "grant_type 'password' needs username and password");
+      } else if (grant === 'refresh_token') {
+        secret = form.get('refresh_token');
+        if (!secret) throw new RegistryError('UNAUTHORIZED', "grant_type 'refresh_token' needs refresh_token");
+      } else {
+        throw new RegistryError(
+          'UNSUPPORTED',
+          `grant_type ${grant === null ? 'is missing' : `'${grant.slice(0, 40)}' is not supported`}: use password or refresh_token`,
+          undefined,
+          400,
+        );
+      }
+      const basic = `Basic ${Buffer.from(`${name ?? ''}:${secret}`).toString('base64')}`;
+      // the same checks (and failed-login limit) as any request, by the form's credentials
+      const who = await callerOf(req.ip, name === null ? `Bearer ${secret}` : basic);
+      if (RegistryTokens.looksLike(secret) || who.scopes)
+        throw new RegistryError('UNAUTHORIZED', 'a scoped registry token is not a refresh token: use an API token');
+      const t = scopedToken(who, (form.get('scope') ?? '').split(' ').filter(Boolean));
+      return reply.send({
+        access_token: t.access_token,
+        scope: form.get('scope') ?? '',
+        expires_in: t.expires_in,
+        issued_at: t.issued_at,
+        ...(form.get('access_type') === 'offline' ? { refresh_token: secret } : {}),
+      });
     }
 
     async function route(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
@@ -270,23 +343,11 @@ export function registerRegistry(
       if (!m) throw new RegistryError('NAME_UNKNOWN', `no registry endpoint at ${path.slice(0, 120)}`, undefined, 404);
 
       if (kind === 'token') {
+        if (method === 'POST') return oauthToken(req, reply);
         if (method !== 'GET') bad();
         const who = await caller(req);
         const raw = (req.query as Record<string, string | string[] | undefined>).scope;
-        const scopes = reg.grant(who.user, parseScopes(raw === undefined ? [] : Array.isArray(raw) ? raw : [raw]));
-        const now = Date.now();
-        const token = tokens.issue({
-          sub: who.user.id,
-          name: who.user.name,
-          access: scopes,
-          exp: Math.floor(now / 1000) + TOKEN_TTL_S,
-        });
-        return reply.send({
-          token,
-          access_token: token,
-          expires_in: TOKEN_TTL_S,
-          issued_at: new Date(now).toISOString(),
-        });
+        return reply.send(scopedToken(who, raw === undefined ? [] : Array.isArray(raw) ? raw : [raw]));
       }
       const who = await caller(req);
       if (kind === 'base') {

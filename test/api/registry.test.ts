@@ -125,6 +125,56 @@ describe('OCI registry at /v2/', () => {
     assert.equal((await call('GET', '/v2/', `Bearer ${forged}`)).status, 401);
   });
 
+  test('the OAuth2 form of the token endpoint: password and refresh_token grants; bad forms refused in words', async () => {
+    const form = (fields: Record<string, string>) =>
+      call('POST', '/v2/token', null, new URLSearchParams(fields).toString(), {
+        'content-type': 'application/x-www-form-urlencoded',
+      });
+    const scope = 'repository:alice/app:pull,push repository:bob/app:push';
+    const p = await form({
+      grant_type: 'password',
+      username: 'alice',
+      password: alice,
+      service: 'x',
+      scope,
+      client_id: 'docker',
+      access_type: 'offline',
+    });
+    assert.equal(p.status, 200, p.body.toString());
+    assert.equal(p.json.expires_in, 300);
+    assert.equal(p.json.scope, scope);
+    assert.equal(p.json.refresh_token, alice, 'offline access: a refresh token (the API token the client holds)');
+    const tok = `Bearer ${p.json.access_token as string}`;
+    await pushBlob('alice/app', tok, Buffer.from('oauth2 blob'));
+    assert.equal((await call('POST', '/v2/bob/app/blobs/uploads/', tok)).status, 401, 'only what alice may do');
+    const r = await form({ grant_type: 'refresh_token', refresh_token: alice, service: 'x', scope });
+    assert.equal(r.status, 200, r.body.toString());
+    assert.equal(r.json.refresh_token, undefined, 'no refresh token unless asked for offline access');
+    await pushBlob('alice/app', `Bearer ${r.json.access_token as string}`, Buffer.from('oauth2 blob, refreshed'));
+
+    const refused: [Record<string, string>, number, RegExp][] = [
+      [{ grant_type: 'password', username: 'bob', password: alice }, 401, /invalid credentials/],
+      [{ grant_type: 'password', username: 'alice' }, 401, /needs username and password/],
+      [{ grant_type: 'refresh_token', refresh_token: 'nope' }, 401, /invalid credentials/],
+      [
+        { grant_type: 'refresh_token', refresh_token: p.json.access_token as string },
+        401,
+        /scoped registry token is not a refresh token/,
+      ],
+      [{ grant_type: 'client_credentials' }, 400, /'client_credentials' is not supported/],
+      [{}, 400, /grant_type is missing/],
+    ];
+    for (const [fields, status, why] of refused) {
+      const x = await form(fields);
+      assert.equal(x.status, status, `${JSON.stringify(fields)}: ${x.body.toString()}`);
+      assert.match(String(x.json.errors[0].message), why);
+    }
+    const json = await call('POST', '/v2/token', null, '{}', { 'content-type': 'application/json' });
+    assert.match(String(json.json.errors[0].message), /x-www-form-urlencoded/);
+    const big = await form({ grant_type: 'password', username: 'alice', password: 'x'.repeat(9000) });
+    assert.equal(code(big), 'SIZE_INVALID');
+  });
+
   test('blobs: monolithic and chunked uploads, HEAD and ranged GET, digests verified', async () => {
     const a = as('alice', alice);
     const data = Buffer.alloc(300_000, 7);
