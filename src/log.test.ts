@@ -61,7 +61,9 @@ describe('the daemon log file (log.file): rolled by size, the oldest removed', (
     assert.ok(logs.length >= 2 && logs.length <= 3, `rolled and pruned: ${logs.join(', ')}`);
     for (const f of logs.slice(0, -1)) {
       const size = statSync(join(dir, 'logs', f)).size;
-      assert.ok(size >= MiB && size < 1.3 * MiB, `${f} is ${size} bytes: rolled at 1 MB`);
+      // about 1 MB: pino-roll rolls at the first drain after the limit, and counts what was written
+      // meanwhile toward the next file (that one rolls early by as much)
+      assert.ok(size >= 0.7 * MiB && size < 1.3 * MiB, `${f} is ${size} bytes: rolled at about 1 MB`);
     }
     const total = logs.reduce((n, f) => n + statSync(join(dir, 'logs', f)).size, 0);
     assert.ok(total < 3.75 * MiB, `${total} bytes kept of 5 MB written: the oldest went`);
