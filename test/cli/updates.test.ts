@@ -87,14 +87,15 @@ describe('unihost instance update/history, service update, volume resize/clone, 
 
   test('volume resize grows the image; clone copies it; errors name the problem', async () => {
     assert.equal((await cli('volume', 'create', '-n', 'vol', '-s', '32')).code, 0);
-    await h.until(async () => (await json('volume', 'get', 'vol')).state === 'available');
+    // each poll runs the CLI (a Node start): on a loaded machine a few seconds each
+    await h.until(async () => (await json('volume', 'get', 'vol')).state === 'available', 30_000);
     const r = await cli('volume', 'resize', 'vol', '-s', '64');
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /size_mb set to 64/);
     const v = await h.until(async () => {
       const x = await json('volume', 'get', 'vol');
       return x.state === 'available' ? x : undefined;
-    });
+    }, 30_000);
     assert.equal(v.size_mb, 64);
     assert.equal(statSync(images.path(v.uuid)).size, 64 * 1024 * 1024);
     assert.equal((await cli('volume', 'resize', 'vol', '-s', 'big')).code, 2);
@@ -104,7 +105,7 @@ describe('unihost instance update/history, service update, volume resize/clone, 
     const copy = await h.until(async () => {
       const x = await json('volume', 'get', 'vol-copy');
       return x.state === 'available' ? x : undefined;
-    });
+    }, 30_000);
     assert.equal(copy.size_mb, 64);
     assert.equal(await images.check(copy.uuid), null);
     assert.equal((await cli('volume', 'clone', 'nope')).code, 3);
