@@ -5,6 +5,18 @@ import { ERROR_CODES } from '../errors.js';
 
 const strip = (s: TSchema): unknown => JSON.parse(JSON.stringify(s));
 
+/** A failed entry of a batch: beside the successful ones in `data.<plural>`. */
+const ErrorEntry = Type.Object(
+  {
+    status: Type.Literal('error'),
+    uuid: Type.Optional(Type.String({ format: 'uuid' })),
+    name: Type.Optional(Type.String()),
+    message: Type.String(),
+    error: Type.Integer({ description: 'The API error code.' }),
+  },
+  { additionalProperties: false },
+);
+
 const ErrorBody = Type.Object({
   status: Type.Literal('error'),
   message: Type.String(),
@@ -59,7 +71,7 @@ export function buildOpenApi(endpoints: EndpointDef[]): Record<string, unknown> 
                     data: {
                       type: 'object',
                       properties: {
-                        [def.plural]: { type: 'array', items: strip(def.response) },
+                        [def.plural]: { type: 'array', items: { anyOf: [strip(def.response), strip(ErrorEntry)] } },
                         ...(def.totalCount ? { total_count: { type: 'integer' } } : {}),
                       },
                     },

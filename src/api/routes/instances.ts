@@ -1,6 +1,14 @@
 import { Type } from '@sinclair/typebox';
+import {
+  InstanceCreated,
+  InstanceDeleted,
+  InstanceGet,
+  InstanceLog,
+  InstanceReached,
+  InstanceStateChange,
+} from '../schemas/instance-responses.js';
 import { endpoint, RawArray } from '../endpoint.js';
-import { Bool, Int, Name, Opt, Ref, Str, Summary, TimeoutMs, TimeoutS, Uuid } from '../schemas/common.js';
+import { Bool, Int, Name, Opt, Ref, Str, TimeoutMs, TimeoutS, Uuid } from '../schemas/common.js';
 import { GroupServiceEntry, DomainIn, GroupLimitFields } from './services.js';
 import { checkCreate, FEATURES, RESTART_POLICIES, type CreateParams } from '../../services/instances-create.js';
 import { err } from '../../errors.js';
@@ -148,7 +156,7 @@ export const instanceEndpoints = [
       );
       return results.flat();
     },
-    response: Summary,
+    response: InstanceCreated,
   }),
   endpoint({
     method: 'GET',
@@ -161,7 +169,7 @@ export const instanceEndpoints = [
     params: Type.Object({}),
     list: (ctx) => ctx.services.instances.list(ctx.user),
     handle: async (ctx, e, q) => ctx.services.instances.get(ctx.user, e.target!, q.details !== false),
-    response: Summary,
+    response: InstanceGet,
   }),
   endpoint({
     method: 'DELETE',
@@ -173,7 +181,7 @@ export const instanceEndpoints = [
     batch: true,
     params: Type.Object({}),
     handle: async (ctx, e) => ctx.services.instances.delete(ctx.user, e.target!),
-    response: Summary,
+    response: InstanceDeleted,
   }),
   endpoint({
     method: 'GET',
@@ -208,7 +216,7 @@ export const instanceEndpoints = [
     concurrent: true,
     handle: async (ctx, e) =>
       ctx.services.instances.start(ctx.user, e.target!, timeoutOf(e.params, 'wait_timeout_ms'), ctx.signal),
-    response: Summary,
+    response: InstanceStateChange,
   }),
   endpoint({
     method: 'PUT',
@@ -226,7 +234,7 @@ export const instanceEndpoints = [
       { additionalProperties: false },
     ),
     handle: async (ctx, e) => ctx.services.instances.stop(ctx.user, e.target!, e.params),
-    response: Summary,
+    response: InstanceStateChange,
   }),
   endpoint({
     method: 'PUT',
@@ -242,7 +250,7 @@ export const instanceEndpoints = [
       { additionalProperties: false },
     ),
     handle: async (ctx, e) => ctx.services.instances.suspend(ctx.user, e.target!, e.params),
-    response: Summary,
+    response: InstanceStateChange,
   }),
   endpoint({
     method: 'GET',
@@ -274,7 +282,7 @@ export const instanceEndpoints = [
         },
         true,
       ),
-    response: Summary,
+    response: InstanceReached,
   }),
   endpoint({
     method: 'GET',
@@ -321,7 +329,7 @@ export const instanceEndpoints = [
     ),
     handle: async (ctx, e) =>
       ctx.services.instances.log(ctx.user, e.target!, e.params.offset ?? -4096, e.params.limit ?? 4096),
-    response: Summary,
+    response: InstanceLog,
   }),
 ];
 

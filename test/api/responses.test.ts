@@ -1,0 +1,124 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- API replies are JSON; the assertions check their shape. */
+/**
+ * Real answers against the OpenAPI document's response schemas (issue 24,
+ * "Typed answers"): every entry of `data.<plural>` of an endpoint with a
+ * typed (closed) schema must match it, or be an error entry. Endpoints
+ * still typed by the generic summary are listed by the document test.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { FormatRegistry, Type } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+import '../../src/api/request.js'; // registers the formats of the API's schemas
+import { ENDPOINTS } from '../../src/api/routes/index.js';
+import type { EndpointDef } from '../../src/api/endpoint.js';
+import { startHarness, type Harness } from '../helpers/harness.js';
+import { simMachines } from '../helpers/sim-machines.js';
+
+if (!FormatRegistry.Has('date-time')) FormatRegistry.Set('date-time', (v) => !Number.isNaN(Date.parse(v)));
+
+const ErrorEntry = Type.Object(
+  {
+    status: Type.Literal('error'),
+    uuid: Type.Optional(Type.String()),
+    name: Type.Optional(Type.String()),
+    message: Type.String(),
+    error: Type.Integer(),
+  },
+  { additionalProperties: false },
+);
+
+/** The endpoint of the table answering `method path` (a local-scope path too). */
+function endpointOf(method: string, path: string): EndpointDef {
+  const pattern = (u: string) => new RegExp(`^${u.replace(/:[a-z_]+/g, '[^/]+')}$`);
+  const p = path.split('?')[0]!;
+  const all = (ENDPOINTS as EndpointDef[]).filter((d) => d.method === method);
+  // a global path first: /v1/instances/log is not the instance named by uuid "log"
+  const def =
+    all.find((d) => d.path === p) ??
+    all.find((d) => [d.path, d.localPath].some((u) => u !== undefined && pattern(u).test(p)));
+  assert.ok(def, `no endpoint for ${method} ${path}`);
+  return def;
+}
+
+describe('answers match the response schemas of the OpenAPI document', () => {
+  let h: Harness;
+  let dev: string;
+  let plain: string;
+  /** entries checked per endpoint */
+  const checked = new Map<string, number>();
+
+  /** Calls the API and checks every entry of the answer against the endpoint's schema. */
+  async function call(method: string, path: string, token: string, body?: unknown): Promise<any> {
+    const r = await h.call(method, path, token, body);
+    assert.equal(r.status, 200, r.text);
+    const def = endpointOf(method, path);
+    const entries = (r.body.data?.[def.plural] ?? []) as unknown[];
+    for (const e of entries) {
+      const ok = Value.Check(def.response, e) || Value.Check(ErrorEntry, e);
+      if (!ok) {
+        const errs = [...Value.Errors(def.response, e)].slice(0, 5).map((x) => `${x.path}: ${x.message}`);
+        assert.fail(`${method} ${path}: an entry does not match the schema:\n${JSON.stringify(e)}\n${errs.join('\n')}`);
+      }
+    }
+    const key = `${def.method} ${def.path}`;
+    checked.set(key, (checked.get(key) ?? 0) + entries.length);
+    return r.body;
+  }
+
+  before(async () => {
+    h = await startHarness({}, (s) => [simMachines(s)]);
+    dev = await h.user('dev', true);
+    plain = await h.user('plain');
+    await h.image('app:latest');
+  });
+  after(async () => h?.close());
+
+  test('instances: create, get (details and not, list), start, stop, suspend, wait, log, delete', async () => {
+    for (const [u, token] of [dev, plain].entries()) {
+      const created = await call('POST', '/v1/instances', token, [
+        { name: 'plain', image: 'app:latest' },
+        {
+          name: 'web',
+          image: 'app:latest',
+          autostart: true,
+          wait_timeout_ms: 10_000,
+          args: ['a'],
+          env: { K: 'v' },
+          service_group: {
+            services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }],
+            domains: [{ name: `web-${u}` }, { name: `web-${u}.example.com.` }],
+          },
+          features: ['scale-to-zero'],
+        },
+        { name: 'plain', image: 'app:latest' }, // taken: an error entry
+      ]);
+      assert.deepEqual(
+        created.data.instances.map((e: any) => e.status),
+        ['success', 'success', 'error'],
+      );
+      await call('GET', '/v1/instances', token, [{ name: 'web' }, { name: 'plain' }, { name: 'nope' }]);
+      await call('GET', '/v1/instances?details=false', token, { name: 'web' });
+      await call('GET', '/v1/instances', token);
+      await call('GET', '/v1/instances/wait', token, { name: 'web', state: 'running', timeout_ms: 10_000 });
+      await call('PUT', '/v1/instances/start', token, { name: 'plain', wait_timeout_ms: 10_000 });
+      await call('GET', '/v1/instances/log', token, { name: 'plain' });
+      await call('PUT', '/v1/instances/suspend', token, { name: 'plain' });
+      await call('PUT', '/v1/instances/stop', token, [{ name: 'web' }, { name: 'plain' }]);
+      await call('GET', '/v1/instances/wait', token, { name: 'web', state: 'stopped', timeout_ms: 10_000 });
+      await call('GET', '/v1/instances', token, { name: 'web' }); // stopped: the stop fields
+      await call('DELETE', '/v1/instances', token, [{ name: 'web' }, { name: 'plain' }]);
+    }
+    for (const k of [
+      'POST /v1/instances',
+      'GET /v1/instances',
+      'PUT /v1/instances/start',
+      'PUT /v1/instances/stop',
+      'PUT /v1/instances/suspend',
+      'GET /v1/instances/wait',
+      'GET /v1/instances/log',
+      'DELETE /v1/instances',
+    ])
+      assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
+  });
+});
