@@ -121,4 +121,56 @@ describe('answers match the response schemas of the OpenAPI document', () => {
     ])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });
+
+  test('volumes: create, get (details and not, list), attach, detach, delete', async () => {
+    await call('POST', '/v1/volumes', plain, [
+      { name: 'v1', size_mb: 8 },
+      { name: 'v1', size_mb: 8 }, // taken: an error entry
+    ]);
+    await h.until(
+      async () =>
+        (await h.call('GET', '/v1/volumes', plain, { name: 'v1' })).body.data.volumes[0].state === 'available' ||
+        undefined,
+    );
+    await call('POST', '/v1/instances', plain, { name: 'holder', image: 'app:latest' });
+    await call('PUT', '/v1/volumes/attach', plain, { name: 'v1', attach_to: { name: 'holder' }, at: '/data' });
+    await call('GET', '/v1/volumes', plain, [{ name: 'v1' }, { name: 'nope' }]);
+    await call('GET', '/v1/volumes?details=false', plain, { name: 'v1' });
+    await call('GET', '/v1/volumes', plain);
+    await call('GET', '/v1/instances', plain, { name: 'holder' }); // with its volume
+    await call('PUT', '/v1/volumes/detach', plain, { name: 'v1' });
+    await call('DELETE', '/v1/volumes', plain, { name: 'v1' });
+    for (const k of [
+      'POST /v1/volumes',
+      'GET /v1/volumes',
+      'PUT /v1/volumes/attach',
+      'PUT /v1/volumes/detach',
+      'DELETE /v1/volumes',
+    ])
+      assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
+  });
+
+  test('service groups: create, get (details and not, list), delete', async () => {
+    await call('POST', '/v1/services', plain, [
+      {
+        name: 'grp',
+        services: [
+          { port: 443, destination_port: 8080, handlers: ['tls', 'http'] },
+          { port: 80, destination_port: 443, handlers: ['http', 'redirect'] },
+        ],
+        domains: [{ name: 'grp' }, { name: 'grp.example.org.' }],
+        soft_limit: 5,
+        hard_limit: 10,
+      },
+      { name: 'grp', services: [] }, // taken: an error entry
+    ]);
+    await call('POST', '/v1/instances', plain, { name: 'member', image: 'app:latest', service_group: { name: 'grp' } });
+    await call('GET', '/v1/services', plain, [{ name: 'grp' }, { name: 'nope' }]);
+    await call('GET', '/v1/services?details=false', plain, { name: 'grp' });
+    await call('GET', '/v1/services', plain);
+    await call('DELETE', '/v1/instances', plain, { name: 'member' });
+    await call('DELETE', '/v1/services', plain, { name: 'grp' });
+    for (const k of ['POST /v1/services', 'GET /v1/services', 'DELETE /v1/services'])
+      assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
+  });
 });

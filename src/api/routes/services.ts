@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox';
+import { GroupCreated, GroupDeleted, GroupStatus } from '../schemas/group-responses.js';
 import { endpoint } from '../endpoint.js';
 import { Bool, Int, Name, Opt, PolicyName, Ref, Str, Summary, Uuid } from '../schemas/common.js';
 import { MAX_DOMAINS_PER_GROUP as MAX_DOMAINS } from '../../domain/domains.js';
@@ -133,7 +134,7 @@ export const serviceEndpoints = [
         void checkGroupDescription(d, ctx.services.config.metroDomain, seen, portPolicy(ctx.services.config)),
       async (ctx, e) => ctx.services.groups.create(ctx.user, e.params),
     ),
-    response: Summary,
+    response: GroupCreated,
   }),
   endpoint({
     method: 'GET',
@@ -146,7 +147,7 @@ export const serviceEndpoints = [
     params: Type.Object({}),
     list: (ctx) => ctx.services.groups.list(ctx.user, {}),
     handle: async (ctx, e, q) => summaryOr(q, await ctx.services.groups.get(ctx.user, e.target!)),
-    response: Summary,
+    response: GroupStatus,
   }),
   endpoint({
     method: 'DELETE',
@@ -158,7 +159,7 @@ export const serviceEndpoints = [
     batch: true,
     params: Type.Object({}),
     handle: async (ctx, e) => ctx.services.groups.delete(ctx.user, e.target!),
-    response: Summary,
+    response: GroupDeleted,
   }),
   endpoint({
     method: 'GET',

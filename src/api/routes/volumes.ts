@@ -1,7 +1,8 @@
 import { Type } from '@sinclair/typebox';
+import { VolumeChanged, VolumeCreated, VolumeStatus } from '../schemas/volume-responses.js';
 import { err } from '../../errors.js';
 import { endpoint } from '../endpoint.js';
-import { Bool, Int, Name, Opt, Ref, Str, Summary, Uuid } from '../schemas/common.js';
+import { Bool, Int, Name, Opt, Ref, Str, Uuid } from '../schemas/common.js';
 import type { VolumeState } from '../../store/types.js';
 import { checkAttach, type AttachIn } from '../../services/volumes.js';
 
@@ -62,7 +63,7 @@ export const volumeEndpoints = [
           throw err('UH_NOT_SUPPORTED', `parameter '${k}': not supported on this platform (${NOT_ON_CREATE[k]})`);
     },
     handle: async (ctx, e) => ctx.services.volumes.create(ctx.user, e.params),
-    response: Summary,
+    response: VolumeCreated,
   }),
   endpoint({
     method: 'GET',
@@ -76,7 +77,7 @@ export const volumeEndpoints = [
     list: (ctx) => ctx.services.volumes.list(ctx.user, {}),
     // Listed volumes have no attached_to (as the API spec's list shows them).
     handle: async (ctx, e, q) => ctx.services.volumes.get(ctx.user, e.target!, q.details !== false, e.listed),
-    response: Summary,
+    response: VolumeStatus,
   }),
   endpoint({
     method: 'DELETE',
@@ -88,7 +89,7 @@ export const volumeEndpoints = [
     batch: true,
     params: Type.Object({}),
     handle: async (ctx, e) => ctx.services.volumes.delete(ctx.user, e.target!),
-    response: Summary,
+    response: VolumeChanged,
   }),
   endpoint({
     method: 'PUT',
@@ -108,7 +109,7 @@ export const volumeEndpoints = [
     ),
     check: (p) => checkAttach(p as AttachIn),
     handle: async (ctx, e) => ctx.services.volumes.attach(ctx.user, e.target!, e.params as AttachIn),
-    response: Summary,
+    response: VolumeChanged,
   }),
   endpoint({
     method: 'PUT',
@@ -120,7 +121,7 @@ export const volumeEndpoints = [
     batch: true,
     params: Type.Object({}),
     handle: async (ctx, e) => ctx.services.volumes.detach(ctx.user, e.target!),
-    response: Summary,
+    response: VolumeChanged,
   }),
   endpoint({
     method: 'GET',
