@@ -1,14 +1,18 @@
 /**
  * Request and reply types of the API client. Requests reuse the parameter
- * types the services declare; replies reuse the services' return types where
- * they are precise, and spell out the spec's objects where the services
- * build them as plain records (instance, volume, certificate, image, quotas).
+ * types the services declare; replies are the OpenAPI document's response
+ * schemas where they are typed (instances, volumes: src/api/schemas), else
+ * the services' return types where they are precise, else spelled out here
+ * (certificate, image, quotas) until the document types them (issue 24).
  * Type-only imports: the client loads no server code at run time.
  */
 import type { AutoscaleService } from '../services/autoscale.js';
 import type { GroupService } from '../services/groups.js';
 import type { InstanceService } from '../services/instances.js';
 import type { Hard, InstanceState, Limits, PolicyRec, VolumeState } from '../store/types.js';
+import type { Static } from '@sinclair/typebox';
+import type { InstanceCreated as InstanceCreatedSchema, InstanceStatus } from '../api/schemas/instance-responses.js';
+import type { VolumeStatus } from '../api/schemas/volume-responses.js';
 
 export type { AutoscaleIn } from '../services/autoscale.js';
 export type { GroupDescription } from '../services/groups.js';
@@ -37,41 +41,11 @@ export interface GroupSummary extends Summary {
   domains: Domain[];
 }
 
-/** GET /v1/instances entry (the API spec's Instance object). */
-export interface Instance extends Summary {
-  created_at: string;
-  state: InstanceState;
-  image: string;
-  memory_mb: number;
-  args: string[];
-  env: Record<string, string>;
-  start_count: number;
-  started_at?: string;
-  stopped_at?: string;
-  uptime_ms: number;
-  boot_time_us?: number;
-  stop_reason?: number;
-  exit_code?: number;
-  stop_code?: number;
-  restart_policy: string;
-  restart: { attempt: number; next_at?: string };
-  restart_count: number;
-  private_fqdn: string;
-  private_ip?: string;
-  service_group?: GroupSummary;
-  volumes: { uuid: string; name: string; at: string | null; readonly: boolean }[];
-  network_interfaces: { uuid: string; private_ip: string; mac: string }[];
-  features?: string[];
-}
+/** GET /v1/instances entry (the API spec's Instance object): the OpenAPI document's schema. */
+export type Instance = Omit<Static<typeof InstanceStatus>, 'status'>;
 
 /** POST /v1/instances entry. */
-export interface CreatedInstance extends Summary {
-  state: InstanceState;
-  private_fqdn: string;
-  private_ip: string | null;
-  service_group?: GroupSummary;
-  boot_time_us?: number;
-}
+export type CreatedInstance = Omit<Static<typeof InstanceCreatedSchema>, 'status'>;
 
 export type StartResult = Reply<InstanceService['start']>;
 export type StopResult = Reply<InstanceService['stop']>;
@@ -85,14 +59,8 @@ export type ServiceGroup = Reply<GroupService['get']>;
 export type Autoscale = Reply<AutoscaleService['get']>;
 export type Policy = PolicyRec;
 
-export interface Volume extends Summary {
-  state: VolumeState;
-  size_mb: number;
-  attached_to?: { uuid: string }[];
-  persistent: boolean;
-  created_at: string;
-  message?: string;
-}
+/** GET /v1/volumes entry: the OpenAPI document's schema. */
+export type Volume = Omit<Static<typeof VolumeStatus>, 'status'>;
 
 export interface Certificate extends Summary {
   created_at: string;

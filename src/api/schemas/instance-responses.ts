@@ -80,7 +80,12 @@ export const InstanceStatus = closed(
     private_fqdn: Str(),
     private_ip: Opt(Str()),
     service_group: Opt(GroupSummary),
-    volumes: Type.Array(closed({ uuid: Uuid(), name: Str(), at: Str(), readonly: Bool() }, 'An attached volume.')),
+    volumes: Type.Array(
+      closed(
+        { uuid: Uuid(), name: Str(), at: Type.Union([Str('Mount path.'), Type.Null()]), readonly: Bool() },
+        'An attached volume.',
+      ),
+    ),
     network_interfaces: Type.Array(
       closed({ uuid: Uuid(), private_ip: Type.Union([Str(), Type.Null()]), mac: Str() }, 'A network interface.'),
     ),
