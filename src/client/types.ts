@@ -1,9 +1,9 @@
 /**
  * Request and reply types of the API client. Requests reuse the parameter
  * types the services declare; replies are the OpenAPI document's response
- * schemas where they are typed (instances, volumes: src/api/schemas), else
+ * schemas where they are typed (instances, volumes, certificates: src/api/schemas), else
  * the services' return types where they are precise, else spelled out here
- * (certificate, image, quotas) until the document types them (issue 24).
+ * (image, quotas) until the document types them (issue 24).
  * Type-only imports: the client loads no server code at run time.
  */
 import type { AutoscaleService } from '../services/autoscale.js';
@@ -13,6 +13,7 @@ import type { Hard, InstanceState, Limits, PolicyRec, VolumeState } from '../sto
 import type { Static } from '@sinclair/typebox';
 import type { InstanceCreated as InstanceCreatedSchema, InstanceStatus } from '../api/schemas/instance-responses.js';
 import type { VolumeStatus } from '../api/schemas/volume-responses.js';
+import type { CertificateStatus } from '../api/schemas/certificate-responses.js';
 
 export type { AutoscaleIn } from '../services/autoscale.js';
 export type { GroupDescription } from '../services/groups.js';
@@ -62,19 +63,8 @@ export type Policy = PolicyRec;
 /** GET /v1/volumes entry: the OpenAPI document's schema. */
 export type Volume = Omit<Static<typeof VolumeStatus>, 'status'>;
 
-export interface Certificate extends Summary {
-  created_at: string;
-  common_name: string;
-  state: 'pending' | 'valid' | 'error';
-  validation?: { attempt: number; next?: string };
-  subject?: string;
-  issuer?: string;
-  serial_number?: string;
-  not_before?: string;
-  not_after?: string;
-  message?: string;
-  service_groups: Summary[];
-}
+/** GET /v1/certificates entry: the OpenAPI document's schema. */
+export type Certificate = Omit<Static<typeof CertificateStatus>, 'status'>;
 
 /** GET /v1/images/list entry (the route's Image schema). */
 export interface Image {

@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
+import { CertificateDeleted, CertificateGet } from '../schemas/certificate-responses.js';
 import { endpoint } from '../endpoint.js';
-import { Name, Opt, Str, Summary, Uuid } from '../schemas/common.js';
+import { Name, Opt, Str, Uuid } from '../schemas/common.js';
 
 const C = 'certificates';
 
@@ -82,7 +83,7 @@ export const certificateEndpoints = [
       const c = await ctx.services.certificates.get(ctx.user, e.target!);
       return q.details === false ? { uuid: c.uuid, name: c.name, state: c.state } : c;
     },
-    response: Summary,
+    response: CertificateGet,
   }),
   endpoint({
     method: 'DELETE',
@@ -94,7 +95,7 @@ export const certificateEndpoints = [
     batch: true,
     params: Type.Object({}),
     handle: async (ctx, e) => ctx.services.certificates.delete(ctx.user, e.target!),
-    response: Summary,
+    response: CertificateDeleted,
   }),
   endpoint({
     method: 'GET',
