@@ -14,6 +14,7 @@ import { ENDPOINTS } from '../../src/api/routes/index.js';
 import type { EndpointDef } from '../../src/api/endpoint.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { simMachines } from '../helpers/sim-machines.js';
+import { testCa, testLeaf } from '../helpers/certs.js';
 
 if (!FormatRegistry.Has('date-time')) FormatRegistry.Set('date-time', (v) => !Number.isNaN(Date.parse(v)));
 
@@ -171,6 +172,62 @@ describe('answers match the response schemas of the OpenAPI document', () => {
     await call('DELETE', '/v1/instances', plain, { name: 'member' });
     await call('DELETE', '/v1/services', plain, { name: 'grp' });
     for (const k of ['POST /v1/services', 'GET /v1/services', 'DELETE /v1/services'])
+      assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
+  });
+
+  test('certificates: upload, get (details and not, list; pending and valid), delete', async () => {
+    const ca = await testCa();
+    const leaf = await testLeaf(ca, ['shop.example.net']);
+    await call('POST', '/v1/certificates', plain, {
+      name: 'shop',
+      cn: 'shop.example.net',
+      chain: leaf.cert,
+      pkey: leaf.key,
+    });
+    // a custom name without a certificate gets a pending one (ACME is off here: it stays pending)
+    await call('POST', '/v1/services', plain, {
+      name: 'acme-grp',
+      services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }],
+      domains: [{ name: 'pending.example.net.' }],
+    });
+    const all = await call('GET', '/v1/certificates', plain);
+    assert.ok(all.data.certificates.length >= 2, 'the upload and the pending one (and those of earlier tests)');
+    await call('GET', '/v1/certificates', plain, [
+      ...all.data.certificates.map((c: any) => ({ uuid: c.uuid })),
+      { name: 'nope' },
+    ]);
+    await call('GET', '/v1/certificates?details=false', plain, { name: 'shop' });
+    await call('DELETE', '/v1/certificates', plain, { name: 'shop' });
+    for (const k of ['GET /v1/certificates', 'DELETE /v1/certificates'])
+      assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
+  });
+
+  test('templates and checkpoints: make, take, get (details and not, list), history, delete', async () => {
+    await call('POST', '/v1/instances', plain, [
+      { name: 'tpl-src', image: 'app:latest', autostart: true, wait_timeout_ms: 10_000 },
+      { name: 'ck-src', image: 'app:latest', autostart: true, wait_timeout_ms: 10_000 },
+    ]);
+    await call('POST', '/v1/instances/templates', plain, [{ name: 'tpl-src', timeout_s: 10 }, { name: 'nope' }]);
+    await call('POST', '/v1/instances/checkpoints', plain, { from: { name: 'ck-src' }, name: 'ck1', timeout_s: 10 });
+    await call('GET', '/v1/instances/templates', plain, { name: 'tpl-src' });
+    await call('GET', '/v1/instances/templates?details=false', plain, { name: 'tpl-src' });
+    await call('GET', '/v1/instances/templates', plain);
+    await call('GET', '/v1/instances/checkpoints', plain, { name: 'ck1' });
+    await call('GET', '/v1/instances/checkpoints', plain);
+    const hist = await call('GET', '/v1/instances/checkpoints/history', plain, { name: 'ck-src' });
+    assert.equal(hist.data.instances[0].history.length, 1);
+    await call('DELETE', '/v1/instances/checkpoints', plain, { name: 'ck1' });
+    await call('DELETE', '/v1/instances/templates', plain, { name: 'tpl-src' });
+    await call('DELETE', '/v1/instances', plain, { name: 'ck-src' });
+    for (const k of [
+      'POST /v1/instances/templates',
+      'GET /v1/instances/templates',
+      'DELETE /v1/instances/templates',
+      'POST /v1/instances/checkpoints',
+      'GET /v1/instances/checkpoints',
+      'GET /v1/instances/checkpoints/history',
+      'DELETE /v1/instances/checkpoints',
+    ])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });
 });

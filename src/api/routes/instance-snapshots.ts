@@ -1,6 +1,13 @@
 import { Type } from '@sinclair/typebox';
 import { endpoint } from '../endpoint.js';
-import { Name, Opt, Ref, Summary, TimeoutS, UpdateParams, UpdateResult } from '../schemas/common.js';
+import { Name, Opt, Ref, TimeoutS, UpdateParams, UpdateResult } from '../schemas/common.js';
+import {
+  CheckpointCreated,
+  CheckpointHistory,
+  InstanceDeleted,
+  InstanceGet,
+  InstanceStateChange,
+} from '../schemas/instance-responses.js';
 import type { UpdateIn } from '../../domain/updates.js';
 import { err } from '../../errors.js';
 import { timeoutOf } from './instances.js';
@@ -34,7 +41,7 @@ function keptEndpoints(kind: 'template' | 'checkpoint', afterDelete: string) {
       params: Type.Object({}),
       list: (ctx) => ctx.services.instances.list(ctx.user, kind),
       handle: async (ctx, e, q) => ctx.services.instances.getKept(ctx.user, e.target!, kind, q.details !== false),
-      response: Summary,
+      response: InstanceGet,
     }),
     endpoint({
       method: 'PATCH',
@@ -58,7 +65,7 @@ function keptEndpoints(kind: 'template' | 'checkpoint', afterDelete: string) {
       batch: true,
       params: Type.Object({}),
       handle: async (ctx, e) => ctx.services.instances.deleteKept(ctx.user, e.target!, kind),
-      response: Summary,
+      response: InstanceDeleted,
     }),
   ];
 }
@@ -83,7 +90,7 @@ export const instanceSnapshotEndpoints = [
     check: (p) => noAutokill(p, 'template'),
     handle: async (ctx, e) =>
       ctx.services.instances.makeTemplate(ctx.user, e.target!, timeoutOf(e.params, 'timeout_ms'), ctx.signal),
-    response: Summary,
+    response: InstanceStateChange,
   }),
   ...keptEndpoints('template', 'Instances made from one keep running; one not started yet boots afresh.'),
   endpoint({
@@ -112,7 +119,7 @@ export const instanceSnapshotEndpoints = [
         timeoutOf(e.params, 'timeout_ms'),
         ctx.signal,
       ),
-    response: Summary,
+    response: CheckpointCreated,
   }),
   endpoint({
     method: 'GET',
@@ -124,7 +131,7 @@ export const instanceSnapshotEndpoints = [
     batch: true,
     params: Type.Object({}),
     handle: async (ctx, e) => ctx.services.instances.checkpointHistory(ctx.user, e.target!),
-    response: Summary,
+    response: CheckpointHistory,
   }),
   ...keptEndpoints('checkpoint', 'Instances started from one keep running.'),
 ];

@@ -165,3 +165,22 @@ export const InstanceLog = closed(
 
 /** Either form of GET /v1/instances. */
 export const InstanceGet = Type.Union([InstanceStatus, InstanceBrief]);
+
+/** POST /v1/instances/checkpoints: the checkpoint made (state `checkpoint`). */
+export const CheckpointCreated = closed(
+  { status: Success(), uuid: Uuid(), name: Str(), state: State() },
+  'A checkpoint (an instance record in state checkpoint).',
+);
+
+/** GET /v1/instances/checkpoints/history: the checkpoints kept of an instance, oldest first. */
+export const CheckpointHistory = closed(
+  {
+    status: Success(),
+    uuid: Uuid(),
+    name: Str(),
+    history: Type.Array(
+      closed({ uuid: Uuid(), name: Str(), created_at: Time() }, 'A checkpoint of the instance and when it was taken.'),
+    ),
+  },
+  'The checkpoints of an instance.',
+);
