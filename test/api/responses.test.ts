@@ -140,13 +140,24 @@ describe('answers match the response schemas of the OpenAPI document', () => {
     await call('GET', '/v1/volumes', plain);
     await call('GET', '/v1/instances', plain, { name: 'holder' }); // with its volume
     await call('PUT', '/v1/volumes/detach', plain, { name: 'v1' });
-    await call('DELETE', '/v1/volumes', plain, { name: 'v1' });
+    // a template of it: get (details and not, list) and delete
+    const made = await h.call('POST', '/v1/volumes/templates', plain, { name: 'v1' });
+    assert.equal(made.body.data?.volumes?.[0]?.state, 'template', made.text);
+    const got = await call('GET', '/v1/volumes/templates', plain, [{ name: 'v1' }, { name: 'nope' }]);
+    assert.equal(got.data.volumes[0].status, 'success', JSON.stringify(got));
+    await call('GET', '/v1/volumes/templates?details=false', plain, { name: 'v1' });
+    await call('GET', '/v1/volumes/templates', plain);
+    await call('DELETE', '/v1/volumes/templates', plain, { name: 'v1' });
+    await call('POST', '/v1/volumes', plain, { name: 'v2', size_mb: 8 });
+    await call('DELETE', '/v1/volumes', plain, { name: 'v2' });
     for (const k of [
       'POST /v1/volumes',
       'GET /v1/volumes',
       'PUT /v1/volumes/attach',
       'PUT /v1/volumes/detach',
       'DELETE /v1/volumes',
+      'GET /v1/volumes/templates',
+      'DELETE /v1/volumes/templates',
     ])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });
@@ -227,6 +238,58 @@ describe('answers match the response schemas of the OpenAPI document', () => {
       'GET /v1/instances/checkpoints',
       'GET /v1/instances/checkpoints/history',
       'DELETE /v1/instances/checkpoints',
+    ])
+      assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
+  });
+
+  test('autoscale and its policies: configure, get (unconfigured too), add, get, delete', async () => {
+    await call('POST', '/v1/services', plain, {
+      name: 'scaled',
+      services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }],
+    });
+    await call('POST', '/v1/instances', plain, {
+      name: 'scaled-m',
+      image: 'app:latest',
+      service_group: { name: 'scaled' },
+    });
+    await call('GET', '/v1/services/autoscale', plain, { name: 'scaled' }); // unconfigured
+    await call('POST', '/v1/services/autoscale', plain, {
+      name: 'scaled',
+      master: { name: 'scaled-m' },
+      min_size: 1,
+      max_size: 3,
+    });
+    const g = (await call('GET', '/v1/services/autoscale', plain, { name: 'scaled' })).data.service_groups[0];
+    const base = `/v1/services/${g.uuid as string}/autoscale/policies`;
+    await call('POST', base, plain, {
+      name: 'out',
+      type: 'step',
+      steps: [
+        { lower_bound: 0, upper_bound: 500, adjustment: 0 },
+        { lower_bound: 500, adjustment: 1 },
+      ],
+    });
+    await call('POST', base, plain, {
+      name: 'in',
+      type: 'step',
+      adjustment_type: 'exact',
+      steps: [{ upper_bound: 100, adjustment: 1 }],
+    });
+    await call('GET', base, plain);
+    await call('GET', `${base}/out`, plain);
+    await call('GET', '/v1/services/autoscale', plain, { name: 'scaled' });
+    await call('DELETE', `${base}/out`, plain);
+    await call('DELETE', base, plain, { name: 'in' });
+    await call('DELETE', '/v1/services/autoscale', plain, { name: 'scaled' });
+    for (const k of [
+      'POST /v1/services/autoscale',
+      'GET /v1/services/autoscale',
+      'DELETE /v1/services/autoscale',
+      'POST /v1/services/:uuid/autoscale/policies',
+      'GET /v1/services/:uuid/autoscale/policies',
+      'GET /v1/services/:uuid/autoscale/policies/:policy',
+      'DELETE /v1/services/:uuid/autoscale/policies',
+      'DELETE /v1/services/:uuid/autoscale/policies/:policy',
     ])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });

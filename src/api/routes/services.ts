@@ -1,7 +1,15 @@
 import { Type } from '@sinclair/typebox';
-import { GroupCreated, GroupDeleted, GroupStatus } from '../schemas/group-responses.js';
+import {
+  AutoscaleChanged,
+  AutoscaleStatus,
+  GroupCreated,
+  GroupDeleted,
+  GroupStatus,
+  Policy,
+  PolicyDeleted,
+} from '../schemas/group-responses.js';
 import { endpoint } from '../endpoint.js';
-import { Bool, Int, Name, Opt, PolicyName, Ref, Str, Summary, Uuid } from '../schemas/common.js';
+import { Bool, Int, Name, Opt, PolicyName, Ref, Str, Uuid } from '../schemas/common.js';
 import { MAX_DOMAINS_PER_GROUP as MAX_DOMAINS } from '../../domain/domains.js';
 import { portPolicy } from '../../domain/ports.js';
 import { checkGroupDescription, type GroupDescription } from '../../services/groups.js';
@@ -183,7 +191,7 @@ export const serviceEndpoints = [
     params: AutoscaleBody,
     check: (p) => checkAutoscaleParams(p as AutoscaleIn),
     handle: async (ctx, e) => ctx.services.autoscale.create(ctx.user, e.target!, e.params as AutoscaleIn),
-    response: Summary,
+    response: AutoscaleChanged,
   }),
   endpoint({
     method: 'GET',
@@ -196,7 +204,7 @@ export const serviceEndpoints = [
     params: Type.Object({}),
     query: Type.Object({ details: Opt(Bool('Accepted for client compatibility.')) }, { additionalProperties: false }),
     handle: async (ctx, e) => ctx.services.autoscale.get(ctx.user, e.target!),
-    response: Summary,
+    response: AutoscaleStatus,
   }),
   endpoint({
     method: 'DELETE',
@@ -208,7 +216,7 @@ export const serviceEndpoints = [
     batch: true,
     params: Type.Object({}),
     handle: async (ctx, e) => ctx.services.autoscale.delete(ctx.user, e.target!),
-    response: Summary,
+    response: AutoscaleChanged,
   }),
   // Policy endpoints exist only in local scope and take `name` as the policy's name, so they have no
   // uuid/name target: the group is the path's UUID.
@@ -222,7 +230,7 @@ export const serviceEndpoints = [
     params: PolicySchema,
     check: (p) => void checkPolicy(p as PolicyIn),
     handle: async (ctx, e) => ctx.services.autoscale.addPolicy(ctx.user, groupOf(e), e.params as PolicyIn),
-    response: Summary,
+    response: AutoscaleChanged,
   }),
   endpoint({
     method: 'GET',
@@ -233,7 +241,7 @@ export const serviceEndpoints = [
     batch: false,
     params: Type.Object({ name: Opt(PolicyName()) }, { additionalProperties: false }),
     handleAll: async (ctx, entries) => policiesOf(ctx, entries[0]!, entries[0]!.params.name),
-    response: Summary,
+    response: Policy,
   }),
   endpoint({
     method: 'GET',
@@ -244,7 +252,7 @@ export const serviceEndpoints = [
     batch: false,
     params: Type.Object({ policy: PolicyName() }, { additionalProperties: false }),
     handleAll: async (ctx, entries) => policiesOf(ctx, entries[0]!, entries[0]!.params.policy),
-    response: Summary,
+    response: Policy,
   }),
   endpoint({
     method: 'DELETE',
@@ -255,7 +263,7 @@ export const serviceEndpoints = [
     batch: false,
     params: Type.Object({ name: PolicyName() }, { additionalProperties: false }),
     handle: async (ctx, e) => ctx.services.autoscale.deletePolicy(ctx.user, groupOf(e), e.params.name),
-    response: Summary,
+    response: PolicyDeleted,
   }),
   endpoint({
     method: 'DELETE',
@@ -266,7 +274,7 @@ export const serviceEndpoints = [
     batch: false,
     params: Type.Object({ policy: PolicyName() }, { additionalProperties: false }),
     handle: async (ctx, e) => ctx.services.autoscale.deletePolicy(ctx.user, groupOf(e), e.params.policy),
-    response: Summary,
+    response: PolicyDeleted,
   }),
 ];
 

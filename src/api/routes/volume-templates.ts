@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
+import { VolumeChanged, VolumeStatus } from '../schemas/volume-responses.js';
 import { endpoint } from '../endpoint.js';
-import { Name, Opt, Str, Summary, Uuid } from '../schemas/common.js';
+import { Name, Opt, Str, Uuid } from '../schemas/common.js';
 
 const V = 'volumes';
 const Created = Type.Object({ status: Str(), uuid: Uuid(), name: Str(), state: Str() }, { additionalProperties: true });
@@ -56,7 +57,7 @@ export const volumeTemplateEndpoints = [
     params: Type.Object({}),
     list: (ctx) => ctx.services.volumes.list(ctx.user, { templates: true }),
     handle: async (ctx, e, q) => ctx.services.volumes.getTemplate(ctx.user, e.target!, q.details !== false),
-    response: Summary,
+    response: VolumeStatus,
   }),
   endpoint({
     method: 'DELETE',
@@ -71,6 +72,6 @@ export const volumeTemplateEndpoints = [
       await ctx.services.volumes.getTemplate(ctx.user, e.target!, false);
       return ctx.services.volumes.delete(ctx.user, e.target!);
     },
-    response: Summary,
+    response: VolumeChanged,
   }),
 ];

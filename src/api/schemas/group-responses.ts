@@ -46,3 +46,59 @@ export const GroupDeleted = closed(
   { status: Type.Literal('success'), uuid: Uuid(), name: Str() },
   'A deleted service group.',
 );
+
+/** A step of a step policy: the adjustment while the metric is in [lower_bound, upper_bound). */
+const Step = closed(
+  {
+    lower_bound: Type.Union([Type.Number(), Type.Null()]),
+    upper_bound: Type.Union([Type.Number(), Type.Null()]),
+    adjustment: Type.Number(),
+  },
+  'A step of a policy.',
+);
+
+/** A scaling policy (GET .../autoscale/policies entries, with `status`). */
+export const Policy = closed(
+  {
+    status: Type.Literal('success'),
+    name: Str(),
+    type: Type.Literal('step'),
+    enabled: Bool(),
+    metric: Type.Literal('cpu'),
+    adjustment_type: Type.Union([Type.Literal('change'), Type.Literal('exact'), Type.Literal('percent')]),
+    steps: Type.Array(Step),
+  },
+  'A step policy on CPU.',
+);
+
+/** GET /v1/services/autoscale: the configuration, or `status: unconfigured`. */
+export const AutoscaleStatus = Type.Union([
+  closed(
+    {
+      status: Type.Literal('success'),
+      uuid: Uuid(),
+      name: Str(),
+      enabled: Bool(),
+      min_size: Int(),
+      max_size: Int(),
+      warmup_time_ms: Int(),
+      cooldown_time_ms: Int(),
+      master: closed({ uuid: Uuid(), name: Opt(Str()) }, 'The instance the group scales from.'),
+      policies: Type.Array(Type.Omit(Policy, ['status'])),
+    },
+    'The autoscale configuration of a group.',
+  ),
+  closed(
+    { status: Type.Literal('unconfigured'), uuid: Uuid(), name: Str() },
+    'A group without autoscale configuration.',
+  ),
+]);
+
+/** POST and DELETE /v1/services/autoscale, POST of a policy: the group. */
+export const AutoscaleChanged = closed(
+  { status: Type.Literal('success'), uuid: Uuid(), name: Str() },
+  'The group whose autoscale configuration changed.',
+);
+
+/** DELETE of a policy: its name. */
+export const PolicyDeleted = closed({ status: Type.Literal('success'), name: Str() }, 'A deleted policy.');
