@@ -101,9 +101,11 @@ describe('answers match the response schemas of the OpenAPI document', () => {
       await call('GET', '/v1/instances', token, [{ name: 'web' }, { name: 'plain' }, { name: 'nope' }]);
       await call('GET', '/v1/instances?details=false', token, { name: 'web' });
       await call('GET', '/v1/instances', token);
+      await call('GET', '/v1/instances/list', token);
       await call('GET', '/v1/instances/wait', token, { name: 'web', state: 'running', timeout_ms: 10_000 });
       await call('PUT', '/v1/instances/start', token, { name: 'plain', wait_timeout_ms: 10_000 });
       await call('GET', '/v1/instances/log', token, { name: 'plain' });
+      await call('GET', '/v1/instances/metrics', token, [{ name: 'plain' }, { name: 'web' }]);
       await call('PUT', '/v1/instances/suspend', token, { name: 'plain' });
       await call('PUT', '/v1/instances/stop', token, [{ name: 'web' }, { name: 'plain' }]);
       await call('GET', '/v1/instances/wait', token, { name: 'web', state: 'stopped', timeout_ms: 10_000 });
@@ -119,6 +121,8 @@ describe('answers match the response schemas of the OpenAPI document', () => {
       'GET /v1/instances/wait',
       'GET /v1/instances/log',
       'DELETE /v1/instances',
+      'GET /v1/instances/list',
+      'GET /v1/instances/metrics',
     ])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });
@@ -138,11 +142,15 @@ describe('answers match the response schemas of the OpenAPI document', () => {
     await call('GET', '/v1/volumes', plain, [{ name: 'v1' }, { name: 'nope' }]);
     await call('GET', '/v1/volumes?details=false', plain, { name: 'v1' });
     await call('GET', '/v1/volumes', plain);
+    await call('GET', '/v1/volumes/list', plain);
     await call('GET', '/v1/instances', plain, { name: 'holder' }); // with its volume
     await call('PUT', '/v1/volumes/detach', plain, { name: 'v1' });
     // a template of it: get (details and not, list) and delete
-    const made = await h.call('POST', '/v1/volumes/templates', plain, { name: 'v1' });
-    assert.equal(made.body.data?.volumes?.[0]?.state, 'template', made.text);
+    const made = await call('POST', '/v1/volumes/templates', plain, { name: 'v1' });
+    assert.equal(made.data.volumes[0].state, 'template', JSON.stringify(made));
+    const copy = await call('POST', '/v1/volumes/clone', plain, { name: 'v1', vol_name: 'v1-copy' });
+    assert.equal(copy.data.volumes[0].status, 'success', JSON.stringify(copy));
+    await call('DELETE', '/v1/volumes', plain, { name: 'v1-copy' });
     const got = await call('GET', '/v1/volumes/templates', plain, [{ name: 'v1' }, { name: 'nope' }]);
     assert.equal(got.data.volumes[0].status, 'success', JSON.stringify(got));
     await call('GET', '/v1/volumes/templates?details=false', plain, { name: 'v1' });
@@ -158,6 +166,9 @@ describe('answers match the response schemas of the OpenAPI document', () => {
       'DELETE /v1/volumes',
       'GET /v1/volumes/templates',
       'DELETE /v1/volumes/templates',
+      'GET /v1/volumes/list',
+      'POST /v1/volumes/templates',
+      'POST /v1/volumes/clone',
     ])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });
@@ -180,21 +191,23 @@ describe('answers match the response schemas of the OpenAPI document', () => {
     await call('GET', '/v1/services', plain, [{ name: 'grp' }, { name: 'nope' }]);
     await call('GET', '/v1/services?details=false', plain, { name: 'grp' });
     await call('GET', '/v1/services', plain);
+    await call('GET', '/v1/services/list', plain);
     await call('DELETE', '/v1/instances', plain, { name: 'member' });
     await call('DELETE', '/v1/services', plain, { name: 'grp' });
-    for (const k of ['POST /v1/services', 'GET /v1/services', 'DELETE /v1/services'])
+    for (const k of ['POST /v1/services', 'GET /v1/services', 'DELETE /v1/services', 'GET /v1/services/list'])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });
 
   test('certificates: upload, get (details and not, list; pending and valid), delete', async () => {
     const ca = await testCa();
     const leaf = await testLeaf(ca, ['shop.example.net']);
-    await call('POST', '/v1/certificates', plain, {
+    const up = await call('POST', '/v1/certificates', plain, {
       name: 'shop',
       cn: 'shop.example.net',
       chain: leaf.cert,
       pkey: leaf.key,
     });
+    assert.equal(up.data.certificates[0].status, 'success', JSON.stringify(up));
     // a custom name without a certificate gets a pending one (ACME is off here: it stays pending)
     await call('POST', '/v1/services', plain, {
       name: 'acme-grp',
@@ -208,8 +221,18 @@ describe('answers match the response schemas of the OpenAPI document', () => {
       { name: 'nope' },
     ]);
     await call('GET', '/v1/certificates?details=false', plain, { name: 'shop' });
+    await call('GET', '/v1/certificates/list', plain);
+    const renewed = await testLeaf(ca, ['shop.example.net'], { serial: '0b0b' });
+    const rep = await call('PUT', '/v1/certificates', plain, { name: 'shop', chain: renewed.cert, pkey: renewed.key });
+    assert.equal(rep.data.certificates[0].status, 'success', JSON.stringify(rep));
     await call('DELETE', '/v1/certificates', plain, { name: 'shop' });
-    for (const k of ['GET /v1/certificates', 'DELETE /v1/certificates'])
+    for (const k of [
+      'POST /v1/certificates',
+      'PUT /v1/certificates',
+      'GET /v1/certificates',
+      'DELETE /v1/certificates',
+      'GET /v1/certificates/list',
+    ])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });
 
@@ -292,5 +315,16 @@ describe('answers match the response schemas of the OpenAPI document', () => {
       'DELETE /v1/services/:uuid/autoscale/policies/:policy',
     ])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
+  });
+
+  test('images: list and get', async () => {
+    await call('GET', '/v1/images/list', plain);
+    await call('GET', '/v1/images', plain, { tag: 'app:latest' });
+    for (const k of ['GET /v1/images/list', 'GET /v1/images']) assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
+  });
+
+  test('quotas', async () => {
+    await call('GET', '/v1/users/quotas', plain);
+    assert.ok((checked.get('GET /v1/users/quotas') ?? 0) > 0);
   });
 });

@@ -1,7 +1,12 @@
 import { Type } from '@sinclair/typebox';
-import { CertificateDeleted, CertificateGet } from '../schemas/certificate-responses.js';
+import {
+  CertificateDeleted,
+  CertificateGet,
+  CertificateReplaced,
+  CertificateUploaded,
+} from '../schemas/certificate-responses.js';
 import { endpoint } from '../endpoint.js';
-import { Name, Opt, Str, Uuid } from '../schemas/common.js';
+import { Listed, Name, Opt, Str } from '../schemas/common.js';
 
 const C = 'certificates';
 
@@ -30,21 +35,7 @@ export const certificateEndpoints = [
       ctx.log.info({ certificate: c.uuid, common_name: c.common_name }, 'certificate uploaded');
       return c;
     },
-    response: Type.Object(
-      {
-        status: Str(),
-        uuid: Uuid(),
-        name: Str(),
-        common_name: Str(),
-        state: Str(),
-        subject: Str(),
-        issuer: Str(),
-        serial_number: Str(),
-        not_before: Str(),
-        not_after: Str(),
-      },
-      { additionalProperties: true },
-    ),
+    response: CertificateUploaded,
   }),
   endpoint({
     method: 'PUT',
@@ -67,7 +58,7 @@ export const certificateEndpoints = [
       ctx.log.info({ certificate: c.uuid, serial: c.serial_number }, 'certificate replaced');
       return c;
     },
-    response: Type.Object({ status: Str(), uuid: Uuid(), name: Str(), state: Str() }, { additionalProperties: true }),
+    response: CertificateReplaced,
   }),
   endpoint({
     method: 'GET',
@@ -106,6 +97,6 @@ export const certificateEndpoints = [
     batch: false,
     params: Type.Object({ common_name: Opt(Str('Filter by common name.')) }, { additionalProperties: false }),
     handleAll: async (ctx, entries) => ctx.services.certificates.list(ctx.user, entries[0]!.params.common_name),
-    response: Type.Object({ uuid: Uuid(), name: Str() }),
+    response: Listed,
   }),
 ];

@@ -4,7 +4,8 @@ import { Bool, Int, Opt, Str } from '../schemas/common.js';
 
 const Image = Type.Object(
   {
-    status: Str(),
+    // absent in the list form (GET /v1/images/list answers the list itself)
+    status: Opt(Type.Literal('success')),
     digest: Str('Image digest (sha256 of the OCI manifest).'),
     tags: Type.Array(Str(), { description: 'Tags of the image the user can see.' }),
     initrd: Bool('Whether the image has an init ramdisk.'),
@@ -12,7 +13,7 @@ const Image = Type.Object(
     args: Str('Default application arguments (shell-quoted words).'),
     kernel_args: Str('Kernel arguments of the image.'),
   },
-  { additionalProperties: true },
+  { additionalProperties: false },
 );
 
 const imagesList = {

@@ -8,7 +8,7 @@ import {
   InstanceStateChange,
 } from '../schemas/instance-responses.js';
 import { endpoint, RawArray } from '../endpoint.js';
-import { Bool, Int, Name, Opt, Ref, Str, TimeoutMs, TimeoutS, Uuid } from '../schemas/common.js';
+import { Bool, Int, Listed, Name, Opt, Ref, Str, TimeoutMs, TimeoutS, Uuid } from '../schemas/common.js';
 import { GroupServiceEntry, DomainIn, GroupLimitFields } from './services.js';
 import { checkCreate, FEATURES, RESTART_POLICIES, type CreateParams } from '../../services/instances-create.js';
 import { err } from '../../errors.js';
@@ -195,7 +195,7 @@ export const instanceEndpoints = [
       new RawArray(
         await ctx.services.instances.listJson(ctx.user, entries[0]!.params.state as InstanceState | undefined),
       ),
-    response: Type.Object({ uuid: Uuid(), name: Str() }),
+    response: Listed,
   }),
   endpoint({
     method: 'PUT',
@@ -296,9 +296,10 @@ export const instanceEndpoints = [
     handle: async (ctx, e) => instanceMetrics(ctx.services, ctx.user, e.target!),
     response: Type.Object(
       {
-        status: Str(),
+        status: Type.Literal('success'),
         uuid: Uuid(),
         name: Str(),
+        state: Str('The instance state.'),
         rss_bytes: Int('Resident memory of the VM process; 0 when not running.'),
         cpu_time_ms: Int('CPU time of the VM process since it started; 0 when not running.'),
         boot_time_us: Int('Boot time of the last boot (0 before the first).'),
@@ -309,7 +310,7 @@ export const instanceEndpoints = [
         tx_packets: Opt(Int()),
         nconns: Opt(Int('Open connections through the gateway, when it runs.')),
       },
-      { additionalProperties: true },
+      { additionalProperties: false },
     ),
   }),
   endpoint({

@@ -9,7 +9,7 @@ import {
   PolicyDeleted,
 } from '../schemas/group-responses.js';
 import { endpoint } from '../endpoint.js';
-import { Bool, Int, Name, Opt, PolicyName, Ref, Str, Uuid } from '../schemas/common.js';
+import { Bool, Int, Listed, Name, Opt, PolicyName, Ref, Str } from '../schemas/common.js';
 import { MAX_DOMAINS_PER_GROUP as MAX_DOMAINS } from '../../domain/domains.js';
 import { portPolicy } from '../../domain/ports.js';
 import { checkGroupDescription, type GroupDescription } from '../../services/groups.js';
@@ -178,7 +178,7 @@ export const serviceEndpoints = [
     batch: false,
     params: Type.Object({ persistent: Opt(Bool()), fqdn: Opt(Str()) }, { additionalProperties: false }),
     handleAll: async (ctx, entries) => ctx.services.groups.list(ctx.user, entries[0]!.params),
-    response: Type.Object({ uuid: Uuid(), name: Str() }),
+    response: Listed,
   }),
   endpoint({
     method: 'POST',

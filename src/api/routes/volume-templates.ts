@@ -4,7 +4,11 @@ import { endpoint } from '../endpoint.js';
 import { Name, Opt, Str, Uuid } from '../schemas/common.js';
 
 const V = 'volumes';
-const Created = Type.Object({ status: Str(), uuid: Uuid(), name: Str(), state: Str() }, { additionalProperties: true });
+/** A volume made by a clone, or made a template. */
+const Created = Type.Object(
+  { status: Type.Literal('success'), uuid: Uuid(), name: Str(), state: Str() },
+  { additionalProperties: false },
+);
 
 /** Volume clones and templates (the newer API; docs/api.md, "Volumes"). */
 export const volumeTemplateEndpoints = [

@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import { VolumeChanged, VolumeCreated, VolumeStatus } from '../schemas/volume-responses.js';
 import { err } from '../../errors.js';
 import { endpoint } from '../endpoint.js';
-import { Bool, Int, Name, Opt, Ref, Str, Uuid } from '../schemas/common.js';
+import { Bool, Int, Listed, Name, Opt, Ref, Str } from '../schemas/common.js';
 import type { VolumeState } from '../../store/types.js';
 import { checkAttach, type AttachIn } from '../../services/volumes.js';
 
@@ -133,6 +133,6 @@ export const volumeEndpoints = [
     params: Type.Object({ persistent: Opt(Bool()), state: Opt(VolumeStateSchema) }, { additionalProperties: false }),
     handleAll: async (ctx, entries) =>
       ctx.services.volumes.list(ctx.user, entries[0]!.params as { persistent?: boolean; state?: VolumeState }),
-    response: Type.Object({ uuid: Uuid(), name: Str() }),
+    response: Listed,
   }),
 ];

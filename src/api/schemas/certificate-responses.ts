@@ -48,3 +48,38 @@ export const CertificateBrief = closed(
 
 /** Either form of GET /v1/certificates. */
 export const CertificateGet = Type.Union([CertificateStatus, CertificateBrief]);
+
+/** What a certificate's leaf shows (subject and issuer on one line, serial in lower-case hex). */
+const shown = {
+  subject: Str(),
+  issuer: Str(),
+  serial_number: Str('Lower-case hex.'),
+  not_before: Time(),
+  not_after: Time(),
+};
+
+/** POST /v1/certificates: the uploaded certificate. */
+export const CertificateUploaded = closed(
+  {
+    status: Type.Literal('success'),
+    uuid: Uuid(),
+    name: Str(),
+    common_name: Str(),
+    state: Type.Literal('valid'),
+    ...shown,
+  },
+  'An uploaded certificate.',
+);
+
+/** PUT /v1/certificates: the certificate with its new chain. */
+export const CertificateReplaced = closed(
+  {
+    status: Type.Literal('success'),
+    uuid: Uuid(),
+    name: Str(),
+    state: Type.Literal('valid'),
+    ...shown,
+    message: Str('What was replaced.'),
+  },
+  'A replaced certificate.',
+);

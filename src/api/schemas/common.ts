@@ -30,6 +30,12 @@ export const TimeoutMs = (description: string) => Type.Integer({ minimum: -1, de
 export const TimeoutS = (msKey: string) =>
   Opt(Int(`Alias of ${msKey} in seconds (newer clients); not together with it.`, { minimum: -1 }));
 
+/** An entry of a `/list` answer: the object's uuid and name (with `status` where the endpoint adds it). */
+export const Listed = Type.Object(
+  { status: Opt(Type.Literal('success')), uuid: Uuid(), name: Str() },
+  { additionalProperties: false, description: 'An object of a list.' },
+);
+
 /** A response entry of a call on one object: its per-entry `status`, `uuid` and `name`, and what the endpoint adds. */
 export const Summary = Type.Object({ status: Str(), uuid: Uuid(), name: Str() }, { additionalProperties: true });
 
