@@ -2,6 +2,7 @@ import { Type, type TSchema } from '@sinclair/typebox';
 import type { EndpointDef } from './endpoint.js';
 import { compile } from './request.js';
 import { ERROR_CODES } from '../errors.js';
+import { EventsQuery, InstanceEvent } from './schemas/event-responses.js';
 
 const strip = (s: TSchema): unknown => JSON.parse(JSON.stringify(s));
 
@@ -89,6 +90,32 @@ export function buildOpenApi(endpoints: EndpointDef[]): Record<string, unknown> 
       };
     }
   }
+  paths['/v1/events'] = {
+    get: {
+      summary:
+        'The user\'s instance events as server-sent events (text/event-stream): the backlog after the resume point, then live ones; each event\'s `data` is an InstanceEvent (docs/api.md, "Events").',
+      operationId: 'getV1Events',
+      parameters: [
+        ...Object.entries(EventsQuery).map(([name, schema]) => ({
+          name,
+          in: 'query',
+          required: false,
+          schema: strip(schema),
+        })),
+        { name: 'Last-Event-ID', in: 'header', required: false, schema: { type: 'string' } },
+      ],
+      responses: {
+        '200': {
+          description: 'An event stream: `id: <id>`, `event: <type>`, `data: <InstanceEvent JSON>` per event.',
+          content: { 'text/event-stream': { schema: strip(InstanceEvent) } },
+        },
+        default: {
+          description: 'Whole-request error (before the stream starts).',
+          content: { 'application/json': { schema: strip(ErrorBody) } },
+        },
+      },
+    },
+  };
   return {
     openapi: '3.1.0',
     info: {

@@ -14,6 +14,7 @@ import type { Static } from '@sinclair/typebox';
 import type { InstanceCreated as InstanceCreatedSchema, InstanceStatus } from '../api/schemas/instance-responses.js';
 import type { VolumeStatus } from '../api/schemas/volume-responses.js';
 import type { CertificateStatus } from '../api/schemas/certificate-responses.js';
+import type { InstanceEvent as InstanceEventSchema } from '../api/schemas/event-responses.js';
 
 export type { AutoscaleIn } from '../services/autoscale.js';
 export type { GroupDescription } from '../services/groups.js';
@@ -83,18 +84,8 @@ export interface Quotas {
   limits: Limits;
 }
 
-/** One event of `GET /v1/events` (docs/api.md, "Events"). */
-export interface InstanceEvent {
-  id: number;
-  at: string;
-  type: 'created' | 'state' | 'deleted' | 'notice';
-  instance: { uuid: string; name: string };
-  service_group?: { uuid: string };
-  from_state?: string;
-  to_state?: string;
-  /** what happened, in words (`notice`) */
-  message?: string;
-}
+/** One event of `GET /v1/events` (docs/api.md, "Events"): the OpenAPI document's schema. */
+export type InstanceEvent = Static<typeof InstanceEventSchema>;
 
 /** One update (PATCH): a property, an operation and its value (docs/api.md, "Updates"). */
 export interface UpdateIn {

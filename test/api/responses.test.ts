@@ -323,6 +323,31 @@ describe('answers match the response schemas of the OpenAPI document', () => {
     for (const k of ['GET /v1/images/list', 'GET /v1/images']) assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });
 
+  test('events: every event of the log matches the InstanceEvent schema of the document', async () => {
+    const { request } = await import('undici');
+    const { InstanceEvent } = await import('../../src/api/schemas/event-responses.js');
+    const doc = (await h.call('GET', '/v1/openapi.json', plain)).body;
+    assert.ok(doc.paths['/v1/events'].get.responses['200'].content['text/event-stream'].schema);
+    const r = await request(`${h.url}/v1/events?from=0`, { headers: { authorization: `Bearer ${plain}` } });
+    let text = '';
+    for await (const chunk of r.body) {
+      text += chunk.toString();
+      if (text.includes(': caught-up')) break;
+    }
+    r.body.destroy();
+    const events = text
+      .split('\n')
+      .filter((l) => l.startsWith('data: '))
+      .map((l) => JSON.parse(l.slice(6)));
+    assert.ok(events.length > 20, `the earlier tests' events (${events.length})`);
+    for (const e of events) assert.ok(Value.Check(InstanceEvent, e), JSON.stringify(e));
+    for (const t of ['created', 'state', 'deleted'])
+      assert.ok(
+        events.some((e) => e.type === t),
+        t,
+      );
+  });
+
   test('quotas', async () => {
     await call('GET', '/v1/users/quotas', plain);
     assert.ok((checked.get('GET /v1/users/quotas') ?? 0) > 0);
