@@ -377,7 +377,11 @@ function outer(): number {
     args: process.argv.slice(2),
     env: { UH_BENCH_NETNS: '1' },
     stdio: 'inherit',
+    // the load, then the settling and the clean-up (the runner's default of 10 minutes ended every
+    // longer soak without a word)
+    timeoutMs: (MINUTES + 15) * 60_000,
   });
+  if (r.error) console.log(`# bench/soak: the run ended: ${r.error.message}`);
   return r.status ?? 1;
 }
 

@@ -259,6 +259,7 @@ if (process.argv[1] && import.meta.filename === process.argv[1]) {
       prefix: 'uhcrash',
       args: process.argv.slice(2),
       stdio: 'inherit',
+      timeoutMs: 4 * 3600_000, // the long form runs for as long as its operations take
     });
     process.exitCode = r.status ?? 1;
   }

@@ -27,7 +27,15 @@ export const insideTestNetns = (): boolean => process.env.UH_TEST_NETNS !== unde
  */
 export function runFileInNewNetns(
   fileUrl: string,
-  o: { prefix: string; args?: string[]; env?: NodeJS.ProcessEnv; stdio?: 'inherit' | 'pipe'; node?: string[] },
+  o: {
+    prefix: string;
+    args?: string[];
+    env?: NodeJS.ProcessEnv;
+    stdio?: 'inherit' | 'pipe';
+    node?: string[];
+    /** the inner run is killed after this long (default 10 minutes: a test file) */
+    timeoutMs?: number;
+  },
 ): SpawnSyncReturns<string> {
   const ns = `${o.prefix}-${randomBytes(4).toString('hex')}`;
   execFileSync('ip', ['netns', 'add', ns]);
@@ -50,7 +58,7 @@ export function runFileInNewNetns(
         env: { ...process.env, ...o.env, UH_TEST_NETNS: ns },
         encoding: 'utf8',
         stdio: o.stdio ?? 'pipe',
-        timeout: 600_000,
+        timeout: o.timeoutMs ?? 600_000,
       },
     );
   } finally {
