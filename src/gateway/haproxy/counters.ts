@@ -86,7 +86,7 @@ export class StatCounters {
       const was = this.scur.get(id) ?? 0;
       i.openConnections = instOpen.get(id) ?? 0;
       this.scur.set(id, i.openConnections);
-      if (was > 0 && i.openConnections === 0) this.hooks.onIdle?.(id);
+      if (was > 0 && i.openConnections === 0 && !this.direct.has(id)) this.hooks.onIdle?.(id);
     }
   }
 
