@@ -122,6 +122,7 @@ export const notHereEndpoints = NOT_HERE.map(([method, path, why]) =>
     batch: true,
     params: Type.Object({}, { additionalProperties: true }),
     handleAll: () => Promise.reject(err('UH_NOT_SUPPORTED', `'${method} ${path}' is not supported here: ${why}`)),
-    response: Type.Object({}),
+    // no answer entry ever: the whole request is refused (the document's `default` error body)
+    response: Type.Never({ description: `Always refused (UH_NOT_SUPPORTED): ${why}.` }),
   }),
 );
