@@ -9,12 +9,15 @@
 import type { AutoscaleService } from '../services/autoscale.js';
 import type { GroupService } from '../services/groups.js';
 import type { InstanceService } from '../services/instances.js';
-import type { Hard, InstanceState, Limits, PolicyRec, VolumeState } from '../store/types.js';
+import type { InstanceState, PolicyRec, VolumeState } from '../store/types.js';
 import type { Static } from '@sinclair/typebox';
 import type { InstanceCreated as InstanceCreatedSchema, InstanceStatus } from '../api/schemas/instance-responses.js';
 import type { VolumeStatus } from '../api/schemas/volume-responses.js';
 import type { CertificateStatus } from '../api/schemas/certificate-responses.js';
 import type { InstanceEvent as InstanceEventSchema } from '../api/schemas/event-responses.js';
+import type { Image as ImageSchema } from '../api/routes/images.js';
+import type { Quotas as QuotasSchema } from '../api/routes/users.js';
+import type { InstanceHistory } from '../api/routes/updates.js';
 
 export type { AutoscaleIn } from '../services/autoscale.js';
 export type { GroupDescription } from '../services/groups.js';
@@ -67,22 +70,11 @@ export type Volume = Omit<Static<typeof VolumeStatus>, 'status'>;
 /** GET /v1/certificates entry: the OpenAPI document's schema. */
 export type Certificate = Omit<Static<typeof CertificateStatus>, 'status'>;
 
-/** GET /v1/images/list entry (the route's Image schema). */
-export interface Image {
-  digest: string;
-  tags: string[];
-  initrd: boolean;
-  size_in_bytes: number;
-  args: string;
-  kernel_args: string;
-}
+/** GET /v1/images/list entry: the OpenAPI document's schema. */
+export type Image = Omit<Static<typeof ImageSchema>, 'status'>;
 
-export interface Quotas {
-  uuid: string;
-  used: Hard;
-  hard: Hard;
-  limits: Limits;
-}
+/** GET /v1/users/quotas entry: the OpenAPI document's schema. */
+export type Quotas = Omit<Static<typeof QuotasSchema>, 'status'>;
 
 /** One event of `GET /v1/events` (docs/api.md, "Events"): the OpenAPI document's schema. */
 export type InstanceEvent = Static<typeof InstanceEventSchema>;
@@ -98,18 +90,7 @@ export interface UpdateResult extends Summary {
   message?: string;
 }
 
-/** One entry of an instance's history (GET /v1/instances/history). */
-export interface HistoryEntry {
-  created_at: string;
-  event_id: number;
-  event: string;
-  from_state?: string;
-  to_state?: string;
-  stop_reason?: number;
-  exit_code?: number;
-  stop_code?: number;
-}
-
-export interface History extends Summary {
-  history: HistoryEntry[];
-}
+/** GET /v1/instances/history entry: the OpenAPI document's schema. */
+export type History = Omit<Static<typeof InstanceHistory>, 'status'>;
+/** One entry of an instance's history. */
+export type HistoryEntry = History['history'][number];

@@ -106,6 +106,11 @@ describe('answers match the response schemas of the OpenAPI document', () => {
       await call('PUT', '/v1/instances/start', token, { name: 'plain', wait_timeout_ms: 10_000 });
       await call('GET', '/v1/instances/log', token, { name: 'plain' });
       await call('GET', '/v1/instances/metrics', token, [{ name: 'plain' }, { name: 'web' }]);
+      await call('PATCH', '/v1/instances', token, [
+        { name: 'web', prop: 'tags', op: 'set', value: ['t'] },
+        { name: 'web', prop: 'tags', op: 'set', value: 'not a list' },
+      ]);
+      await call('GET', '/v1/instances/history', token, { name: 'web' });
       await call('PUT', '/v1/instances/suspend', token, { name: 'plain' });
       await call('PUT', '/v1/instances/stop', token, [{ name: 'web' }, { name: 'plain' }]);
       await call('GET', '/v1/instances/wait', token, { name: 'web', state: 'stopped', timeout_ms: 10_000 });
@@ -123,6 +128,8 @@ describe('answers match the response schemas of the OpenAPI document', () => {
       'DELETE /v1/instances',
       'GET /v1/instances/list',
       'GET /v1/instances/metrics',
+      'PATCH /v1/instances',
+      'GET /v1/instances/history',
     ])
       assert.ok((checked.get(k) ?? 0) > 0, `${k} was checked`);
   });

@@ -2,7 +2,8 @@ import { Type } from '@sinclair/typebox';
 import { endpoint, type EndpointDef } from '../endpoint.js';
 import { Bool, Int, Opt, Str } from '../schemas/common.js';
 
-const Image = Type.Object(
+/** GET /v1/images/list entry. */
+export const Image = Type.Object(
   {
     // absent in the list form (GET /v1/images/list answers the list itself)
     status: Opt(Type.Literal('success')),

@@ -31,6 +31,34 @@ const GROUP_PROPS = ['services', 'domains', 'soft_limit', 'hard_limit', 'autokil
 const VOLUME_PROPS = ['size_mb', 'tags', 'quota_policy', 'delete_lock'] as const;
 const TEMPLATE_PROPS = ['tags', 'delete_lock'] as const;
 
+/** GET /v1/instances/history: the instance's events, oldest first. */
+export const InstanceHistory = Type.Object(
+  {
+    status: Str(),
+    uuid: Uuid(),
+    name: Str(),
+    history: Type.Array(
+      Type.Object(
+        {
+          uuid: Uuid(),
+          name: Str(),
+          created_at: Str(),
+          event_id: Type.Integer(),
+          event: Str('created, state, deleted or notice'),
+          message: Type.Optional(Str('what happened, in words (notice events)')),
+          from_state: Type.Optional(Str()),
+          to_state: Type.Optional(Str()),
+          stop_reason: Type.Optional(Type.Integer()),
+          exit_code: Type.Optional(Type.Integer()),
+          stop_code: Type.Optional(Type.Integer()),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+  },
+  { additionalProperties: false },
+);
+
 export const updateEndpoints = [
   endpoint({
     method: 'PATCH',
@@ -93,31 +121,6 @@ export const updateEndpoints = [
     batch: true,
     params: Type.Object({}),
     handle: async (ctx, e) => ctx.services.instances.history(ctx.user, e.target!),
-    response: Type.Object(
-      {
-        status: Str(),
-        uuid: Uuid(),
-        name: Str(),
-        history: Type.Array(
-          Type.Object(
-            {
-              uuid: Uuid(),
-              name: Str(),
-              created_at: Str(),
-              event_id: Type.Integer(),
-              event: Str('created, state, deleted or notice'),
-              message: Type.Optional(Str('what happened, in words (notice events)')),
-              from_state: Type.Optional(Str()),
-              to_state: Type.Optional(Str()),
-              stop_reason: Type.Optional(Type.Integer()),
-              exit_code: Type.Optional(Type.Integer()),
-              stop_code: Type.Optional(Type.Integer()),
-            },
-            { additionalProperties: false },
-          ),
-        ),
-      },
-      { additionalProperties: false },
-    ),
+    response: InstanceHistory,
   }),
 ];

@@ -23,7 +23,7 @@ const HardFields = Type.Object(
 );
 
 /** GET /v1/users/quotas. */
-const Quotas = Type.Object(
+export const Quotas = Type.Object(
   {
     status: Type.Literal('success'),
     uuid: Uuid('The user.'),
