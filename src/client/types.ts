@@ -1,17 +1,23 @@
 /**
  * Request and reply types of the API client. Requests reuse the parameter
  * types the services declare; replies are the OpenAPI document's response
- * schemas where they are typed (instances, volumes, certificates: src/api/schemas), else
- * the services' return types where they are precise, else spelled out here
- * (image, quotas) until the document types them (issue 24).
+ * schemas (src/api/schemas and the route files): what the document says
+ * is what the client reads.
  * Type-only imports: the client loads no server code at run time.
  */
-import type { AutoscaleService } from '../services/autoscale.js';
-import type { GroupService } from '../services/groups.js';
-import type { InstanceService } from '../services/instances.js';
+import type { AutoscaleStatus, GroupStatus } from '../api/schemas/group-responses.js';
 import type { InstanceState, PolicyRec, VolumeState } from '../store/types.js';
 import type { Static } from '@sinclair/typebox';
-import type { InstanceCreated as InstanceCreatedSchema, InstanceStatus } from '../api/schemas/instance-responses.js';
+import type {
+  GroupSummary as GroupSummarySchema,
+  InstanceCreated as InstanceCreatedSchema,
+  InstanceDeleted as InstanceDeletedSchema,
+  InstanceLog,
+  InstanceReached,
+  InstanceStateChange,
+  InstanceStatus,
+} from '../api/schemas/instance-responses.js';
+import type { Listed, UpdateResult as UpdateResultSchema } from '../api/schemas/common.js';
 import type { VolumeStatus } from '../api/schemas/volume-responses.js';
 import type { CertificateStatus } from '../api/schemas/certificate-responses.js';
 import type { InstanceEvent as InstanceEventSchema } from '../api/schemas/event-responses.js';
@@ -29,22 +35,14 @@ export type { InstanceState, VolumeState };
 /** An object named by UUID or by name. */
 export type Ref = { uuid: string; name?: undefined } | { name: string; uuid?: undefined };
 
-type Reply<F extends (...a: never[]) => Promise<unknown>> = Awaited<ReturnType<F>>;
+/** An entry of a `/list` reply (and what several calls answer: the object's uuid and name). */
+export type Summary = Omit<Static<typeof Listed>, 'status'>;
 
-/** An entry of a `/list` reply. */
-export interface Summary {
-  uuid: string;
-  name: string;
-}
+/** A public name of a group, with its certificate's state for a custom one. */
+export type Domain = GroupSummary['domains'][number];
 
-export interface Domain {
-  fqdn: string;
-  certificate?: { uuid: string; name: string; state: string };
-}
-
-export interface GroupSummary extends Summary {
-  domains: Domain[];
-}
+/** A service group as instance and create answers show it. */
+export type GroupSummary = Static<typeof GroupSummarySchema>;
 
 /** GET /v1/instances entry (the API spec's Instance object): the OpenAPI document's schema. */
 export type Instance = Omit<Static<typeof InstanceStatus>, 'status'>;
@@ -52,16 +50,16 @@ export type Instance = Omit<Static<typeof InstanceStatus>, 'status'>;
 /** POST /v1/instances entry. */
 export type CreatedInstance = Omit<Static<typeof InstanceCreatedSchema>, 'status'>;
 
-export type StartResult = Reply<InstanceService['start']>;
-export type StopResult = Reply<InstanceService['stop']>;
-export type InstanceDeleted = Reply<InstanceService['delete']>;
-export type WaitResult = Reply<InstanceService['wait']>;
+export type StartResult = Omit<Static<typeof InstanceStateChange>, 'status'>;
+export type StopResult = StartResult;
+export type InstanceDeleted = Omit<Static<typeof InstanceDeletedSchema>, 'status'>;
+export type WaitResult = Omit<Static<typeof InstanceReached>, 'status'>;
 /** GET /v1/instances/log entry: `output` is base64; ranges are inclusive. */
-export type LogChunk = Reply<InstanceService['log']>;
+export type LogChunk = Omit<Static<typeof InstanceLog>, 'status'>;
 
-export type ServiceGroup = Reply<GroupService['get']>;
+export type ServiceGroup = Omit<Static<typeof GroupStatus>, 'status'>;
 /** GET autoscale: the configuration, or `{status: 'unconfigured', uuid, name}`. */
-export type Autoscale = Reply<AutoscaleService['get']>;
+export type Autoscale = Static<typeof AutoscaleStatus>;
 export type Policy = PolicyRec;
 
 /** GET /v1/volumes entry: the OpenAPI document's schema. */
@@ -86,9 +84,8 @@ export interface UpdateIn {
   value?: unknown;
 }
 
-export interface UpdateResult extends Summary {
-  message?: string;
-}
+/** PATCH entry: the object, the client's `id` echoed, and what changed in words. */
+export type UpdateResult = Omit<Static<typeof UpdateResultSchema>, 'status'>;
 
 /** GET /v1/instances/history entry: the OpenAPI document's schema. */
 export type History = Omit<Static<typeof InstanceHistory>, 'status'>;

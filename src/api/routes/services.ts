@@ -4,7 +4,7 @@ import {
   AutoscaleStatus,
   GroupCreated,
   GroupDeleted,
-  GroupStatus,
+  GroupGet,
   Policy,
   PolicyDeleted,
 } from '../schemas/group-responses.js';
@@ -155,7 +155,7 @@ export const serviceEndpoints = [
     params: Type.Object({}),
     list: (ctx) => ctx.services.groups.list(ctx.user, {}),
     handle: async (ctx, e, q) => summaryOr(q, await ctx.services.groups.get(ctx.user, e.target!)),
-    response: GroupStatus,
+    response: GroupGet,
   }),
   endpoint({
     method: 'DELETE',

@@ -10,30 +10,38 @@ import { GroupSummary } from './instance-responses.js';
 const closed = <T extends Record<string, TSchema>>(props: T, description: string) =>
   Type.Object(props, { additionalProperties: false, description });
 
-/** GET /v1/services: the group (without details: uuid and name; in the list form without `status`). */
+/** GET /v1/services: the group. */
 export const GroupStatus = closed(
   {
+    // absent in the list form (GET without a target)
     status: Opt(Type.Literal('success')),
     uuid: Uuid(),
     name: Str(),
-    created_at: Opt(Type.String({ format: 'date-time' })),
-    persistent: Opt(Bool()),
-    autoscale: Opt(Bool('Whether autoscale is enabled for the group.')),
-    services: Opt(
-      Type.Array(
-        closed(
-          { port: Int(), destination_port: Int(), handlers: Type.Array(Str()) },
-          'A published port and where it goes.',
-        ),
+    created_at: Type.String({ format: 'date-time' }),
+    persistent: Bool(),
+    autoscale: Bool('Whether autoscale is enabled for the group.'),
+    services: Type.Array(
+      closed(
+        { port: Int(), destination_port: Int(), handlers: Type.Array(Str()) },
+        'A published port and where it goes.',
       ),
     ),
     soft_limit: Opt(Int()),
     hard_limit: Opt(Int()),
-    domains: Opt(GroupSummary.properties.domains),
-    instances: Opt(Type.Array(closed({ uuid: Uuid(), name: Str() }, 'An instance of the group.'))),
+    domains: GroupSummary.properties.domains,
+    instances: Type.Array(closed({ uuid: Uuid(), name: Str() }, 'An instance of the group.')),
   },
   'A service group (GET /v1/services).',
 );
+
+/** GET /v1/services without details (`details: false`). */
+export const GroupBrief = closed(
+  { status: Opt(Type.Literal('success')), uuid: Uuid(), name: Str() },
+  'A service group without details.',
+);
+
+/** Either form of GET /v1/services. */
+export const GroupGet = Type.Union([GroupStatus, GroupBrief]);
 
 /** POST /v1/services: the new group and its names. */
 export const GroupCreated = closed(

@@ -28,8 +28,8 @@ export function registerScaleGet(scale: Command): void {
       const ctx = ctxOf(c);
       const a = await ctx.client.autoscale.get(ref(group));
       ctx.print(a, () => {
+        if (a.status === 'unconfigured') return `autoscale is not configured for ${a.name}`;
         const { policies, master, ...rest } = a;
-        if (!master || !policies) return `autoscale is not configured for ${a.name}`;
         return `${details({ ...rest, master: master.name ?? master.uuid })}\n\n${policiesTable(policies)}`;
       });
     });
