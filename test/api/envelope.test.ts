@@ -402,8 +402,10 @@ describe('OpenAPI document', () => {
         n++;
       }
     }
+    // beside the endpoint table: the event stream (src/api/events.ts), a route of its own
+    assert.ok(paths['/v1/events']?.get, 'GET /v1/events is documented');
     const documented = Object.values(paths).reduce((k, ops) => k + Object.keys(ops).length, 0);
-    assert.equal(documented, n, 'the document has operations that are not routes');
+    assert.equal(documented, n + 1, 'the document has operations that are not routes');
     // the create body schema rejects unknown fields, as the server does
     const createOp = paths['/v1/instances']!.post as {
       requestBody: { content: { 'application/json': { schema: { oneOf: { additionalProperties: boolean }[] } } } };
