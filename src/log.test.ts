@@ -13,7 +13,13 @@ const MiB = 1024 * 1024;
 const written = (dir: string, i: number): boolean =>
   readdirSync(dir)
     .filter((f) => /^unihost\.\d+\.log$/.test(f))
-    .some((f) => readFileSync(join(dir, f), 'utf8').includes(`"i":${i},`));
+    .some((f) => {
+      try {
+        return readFileSync(join(dir, f), 'utf8').includes(`"i":${i},`);
+      } catch {
+        return false; // pruned since it was listed
+      }
+    });
 
 /**
  * Writes `mb` MiB of log lines through a logger on `log.file` = `file`, then
