@@ -1,13 +1,11 @@
-import { Type, type TSchema } from '@sinclair/typebox';
-import { Int, Opt, Str, Uuid } from './common.js';
+import { Type } from '@sinclair/typebox';
+import { Int, Opt, Str, Uuid, closed } from './common.js';
 
 /**
  * Response entries of the certificate endpoints (closed: every field named;
  * test/api/responses.test.ts checks real answers against them).
  */
 
-const closed = <T extends Record<string, TSchema>>(props: T, description: string) =>
-  Type.Object(props, { additionalProperties: false, description });
 const Time = () => Type.String({ format: 'date-time' });
 const State = () => Type.Union([Type.Literal('pending'), Type.Literal('valid'), Type.Literal('error')]);
 

@@ -15,6 +15,9 @@ export const Bool = (description?: string) => Type.Boolean(description ? { descr
 export const Str = (description?: string, extra: object = {}) =>
   Type.String({ ...(description ? { description } : {}), ...extra });
 export const Opt = <T extends TSchema>(s: T) => Type.Optional(s);
+/** A closed object of an answer: every field named, nothing else allowed. */
+export const closed = <T extends Record<string, TSchema>>(props: T, description: string) =>
+  Type.Object(props, { additionalProperties: false, description });
 
 /** `{uuid}` or `{name}`: a reference to another object (exactly one is checked by the service). */
 export const Ref = (what: string) =>

@@ -1,14 +1,11 @@
-import { Type, type TSchema } from '@sinclair/typebox';
-import { Bool, Int, Opt, Str, Uuid } from './common.js';
+import { Type } from '@sinclair/typebox';
+import { Bool, Int, Opt, Str, Uuid, closed } from './common.js';
 import { GroupSummary } from './instance-responses.js';
 
 /**
  * Response entries of the service group endpoints (closed: every field
  * named; test/api/responses.test.ts checks real answers against them).
  */
-
-const closed = <T extends Record<string, TSchema>>(props: T, description: string) =>
-  Type.Object(props, { additionalProperties: false, description });
 
 /** GET /v1/services: the group. */
 export const GroupStatus = closed(

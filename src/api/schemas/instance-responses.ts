@@ -1,5 +1,5 @@
-import { Type, type TSchema } from '@sinclair/typebox';
-import { Bool, Int, Opt, Str, Uuid } from './common.js';
+import { Type } from '@sinclair/typebox';
+import { Bool, Int, Opt, Str, Uuid, closed } from './common.js';
 
 /**
  * Response entries of the instance endpoints (the OpenAPI document's
@@ -17,8 +17,6 @@ const State = () =>
 const Success = () => Type.Literal('success');
 /** A time (ISO 8601). */
 const Time = () => Type.String({ format: 'date-time' });
-const closed = <T extends Record<string, TSchema>>(props: T, description: string) =>
-  Type.Object(props, { additionalProperties: false, description });
 
 /** How a run ended (API spec: stop_reason bits, exit code, Unikraft's stop code). */
 const stopFields = {

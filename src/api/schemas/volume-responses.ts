@@ -1,13 +1,11 @@
-import { Type, type TSchema } from '@sinclair/typebox';
-import { Bool, Int, Opt, Str, Uuid } from './common.js';
+import { Type } from '@sinclair/typebox';
+import { Bool, Int, Opt, Str, Uuid, closed } from './common.js';
 
 /**
  * Response entries of the volume endpoints (closed: every field named;
  * test/api/responses.test.ts checks real answers against them).
  */
 
-const closed = <T extends Record<string, TSchema>>(props: T, description: string) =>
-  Type.Object(props, { additionalProperties: false, description });
 const State = () =>
   Type.Union(
     ['uninitialized', 'initializing', 'available', 'idle', 'mounted', 'busy', 'error', 'template'].map((s) =>
