@@ -3,7 +3,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'guest/out/', 'docs/openapi.json'] },
+  { ignores: ['dist/', 'node_modules/', 'guest/out/', 'docs/openapi.json', 'web/dist/', 'web/src/api/schema.d.ts'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

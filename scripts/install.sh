@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(qemu-system-x86 qemu-utils e2fsprogs iproute2 nftables busybox-static cpio gzip zstd lz4 xz-utils binutils curl ca-certificates pebble haproxy)
 # What only the test command needs (`install.sh --test`): a throwaway PostgreSQL server per test run;
-# skopeo and docker-registry, the real registry clients and the registry the registry tests use.
-TEST_PACKAGES=(postgresql skopeo docker-registry)
+# skopeo and docker-registry, the real registry clients and the registry the registry tests use;
+# chromium, the browser the web console's tests drive (playwright-core; browser downloads are not used).
+TEST_PACKAGES=(postgresql skopeo docker-registry chromium)
 if [ "${1:-}" = --test ]; then
   APT_PACKAGES+=("${TEST_PACKAGES[@]}")
   # Debian's package would create and start a default cluster; the tests start their own servers.
@@ -48,3 +49,5 @@ fi
 
 echo "==> compiling TypeScript"
 npx tsc -p tsconfig.build.json
+echo "==> building the web console (web/dist)"
+npm run --silent build:web

@@ -10,14 +10,14 @@ if [ -x guest/build-images.sh ]; then
   ./guest/build-images.sh
 fi
 
-echo "==> type check";   npx tsc -p tsconfig.json --noEmit
+echo "==> type check";   npx tsc -p tsconfig.json --noEmit && npx tsc -p web/tsconfig.json
 echo "==> lint";         npx eslint .
 echo "==> import rules"; npx depcruise src --config .dependency-cruiser.cjs  # layers and no cycles (.dependency-cruiser.cjs)
 echo "==> format check"; npx prettier --check . >/dev/null || { npx prettier --check . ; exit 1; }
 echo "==> OpenAPI document"; npx tsx scripts/gen-openapi.ts --check
 
 echo "==> tests"
-files=$(ls src/*.test.ts src/*/*.test.ts src/*/*/*.test.ts test/meta/*.test.ts test/store/*.test.ts test/api/*.test.ts test/cli/*.test.ts test/acme/*.test.ts test/vm/*.test.ts test/crash/*.test.ts 2>/dev/null || true)
+files=$(ls src/*.test.ts src/*/*.test.ts src/*/*/*.test.ts test/meta/*.test.ts test/store/*.test.ts test/api/*.test.ts test/cli/*.test.ts test/acme/*.test.ts test/web/*.test.ts test/vm/*.test.ts test/crash/*.test.ts 2>/dev/null || true)
 # shellcheck disable=SC2086
 node --import tsx --test --test-concurrency=2 --test-reporter=spec --test-reporter-destination=stdout $files
 

@@ -5,6 +5,8 @@ import { ERROR_CODES } from '../errors.js';
 import { EventsQuery, InstanceEvent } from './schemas/event-responses.js';
 
 const strip = (s: TSchema): unknown => JSON.parse(JSON.stringify(s));
+const SCOPE_KEYS = new Set(['uuid', 'name']);
+const isScalar = (s: TSchema): boolean => ['string', 'integer', 'number', 'boolean'].includes(s.type as string);
 
 /** A failed entry of a batch: beside the successful ones in `data.<plural>`. */
 const ErrorEntry = Type.Object(
@@ -41,6 +43,13 @@ export function buildOpenApi(endpoints: EndpointDef[]): Record<string, unknown> 
       required: false,
       schema: strip(s),
     }));
+    // A GET's scalar body parameters may come in the query too (src/api/request.ts): browsers cannot send a GET body.
+    const getParams = (local: boolean) =>
+      def.method !== 'GET'
+        ? []
+        : Object.entries(def.params.properties as Record<string, TSchema>)
+            .filter(([name, s]) => !c.query?.properties[name] && isScalar(s) && !(local && SCOPE_KEYS.has(name)))
+            .map(([name, s]) => ({ name, in: 'query', required: false, schema: strip(s) }));
     for (const url of [def.path, def.localPath].filter((u): u is string => u !== undefined)) {
       const oaPath = url.replace(/:([a-z_]+)/g, '{$1}');
       const pathParams = [...url.matchAll(/:([a-z_]+)/g)].map((m) => ({
@@ -53,7 +62,7 @@ export function buildOpenApi(endpoints: EndpointDef[]): Record<string, unknown> 
       (paths[oaPath] ??= {})[def.method.toLowerCase()] = {
         summary: def.summary,
         operationId: `${def.method.toLowerCase()}${oaPath.replace(/[^a-zA-Z]+(.)?/g, (_m, ch: string | undefined) => (ch ?? '').toUpperCase())}`,
-        parameters: [...pathParams, ...queryParams],
+        parameters: [...pathParams, ...queryParams, ...getParams(local)],
         requestBody: {
           required: false,
           description: local ? 'Parameters; uuid and name are not allowed in local scope.' : 'Parameters.',

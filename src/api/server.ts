@@ -13,6 +13,7 @@ import { requestId, serveMetrics } from './observe.js';
 import { serveEvents } from './events.js';
 import { RegistryError } from '../domain/registry.js';
 import { isRegistryPath, registerRegistry, sendRegistryError } from './registry.js';
+import { isConsolePath, sendPage, serveConsole, wantsPage } from './console.js';
 import type { DaemonMetrics } from '../metrics.js';
 import {
   AuthFailureLimit,
@@ -42,6 +43,8 @@ export interface ApiOptions {
   authFailures?: AuthFailureOptions;
   /** open `GET /v1/events` streams per user (default 8) */
   eventStreamsPerUser?: number;
+  /** the web console's built files (default web/dist); `false` serves no console */
+  consoleDir?: string | false;
   /** serve HTTPS with this certificate chain and key (PEM) */
   https?: { cert: string | Buffer; key: string | Buffer };
 }
@@ -275,11 +278,13 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
 
   app.decorateRequest('t0', 0n);
   app.decorateRequest('user', undefined);
+  const hasConsole = opts.consoleDir !== false && serveConsole(app as unknown as FastifyInstance, opts.consoleDir);
   const failures = opts.authFailures && opts.authFailures.max > 0 ? new AuthFailureLimit(opts.authFailures) : undefined;
   // Callback style: a cached token costs no promise on the hot path.
   app.addHook('onRequest', (req, reply, done) => {
     req.t0 = process.hrtime.bigint();
     if (isRegistryPath(req.url)) return done(); // the registry authenticates its own way (src/api/registry.ts)
+    if (hasConsole && isConsolePath(req)) return done(); // the console's files; its API calls carry the token
     // a token this daemon has already seen to be valid passes even from a blocked address (users behind
     // one NAT with a guesser); any other token from a blocked address is not even looked at
     const hit = services.users.cachedUser(req.headers.authorization);
@@ -329,7 +334,9 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
 
   if (opts.rateLimit) registerRateLimit(app as unknown as FastifyInstance, opts.rateLimit);
   // In a plugin, so the routes are added after the rate limiter (registered above) has loaded.
-  void app.register(async (scope) => addRoutes(scope as unknown as FastifyInstance, services, isOtherRoute));
+  void app.register(async (scope) =>
+    addRoutes(scope as unknown as FastifyInstance, services, isOtherRoute, hasConsole),
+  );
   return app as unknown as FastifyInstance;
 }
 
@@ -337,7 +344,12 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
 const isWord = (segment: string): boolean => /^[a-z_]+$/i.test(segment);
 
 /** The endpoint table's routes, and the few fixed ones. */
-function addRoutes(app: FastifyInstance, services: Services, isOtherRoute: (req: FastifyRequest) => boolean): void {
+function addRoutes(
+  app: FastifyInstance,
+  services: Services,
+  isOtherRoute: (req: FastifyRequest) => boolean,
+  hasConsole: boolean,
+): void {
   for (const def of ENDPOINTS) {
     const c = compile(def as EndpointDef);
     const handler = async (req: FastifyRequest, reply: FastifyReply) => {
@@ -374,5 +386,10 @@ function addRoutes(app: FastifyInstance, services: Services, isOtherRoute: (req:
     data: { health: [{ status: 'success' }] },
     op_time_us: opTime(req),
   }));
-  app.get('/', async (req) => ({ status: 'success', message: 'unihost API v1', op_time_us: opTime(req) }));
+  // A browser gets the web console; any other client the API's greeting.
+  app.get('/', async (req, reply) =>
+    hasConsole && wantsPage(req)
+      ? sendPage(reply)
+      : { status: 'success', message: 'unihost API v1', op_time_us: opTime(req) },
+  );
 }

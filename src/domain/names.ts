@@ -1,4 +1,11 @@
-import { randomInt } from 'node:crypto';
+/** A uniform integer in [0, n) (n <= 256) from Web Crypto: this module also runs in the web console. */
+function randomInt(n: number): number {
+  const limit = 256 - (256 % n); // rejection keeps every value equally likely
+  const b = new Uint8Array(1);
+  do globalThis.crypto.getRandomValues(b);
+  while (b[0]! >= limit);
+  return b[0]! % n;
+}
 
 /** Maximum total length of an object name (the API spec's identifier types). */
 export const NAME_MAX = 121;

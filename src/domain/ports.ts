@@ -1,4 +1,3 @@
-import type { Config } from '../config.js';
 import { err } from '../errors.js';
 import type { ServiceEntry } from '../store/types.js';
 
@@ -77,7 +76,7 @@ export interface PortPolicy {
 }
 
 /** The port policy of a configuration: the operator's open ports, less the API's own. */
-export function portPolicy(config: Pick<Config, 'listen' | 'gateway'>): PortPolicy {
+export function portPolicy(config: { listen: string; gateway: { allowedPorts: readonly string[] } }): PortPolicy {
   const apiPort = Number(/:(\d+)$/.exec(config.listen)?.[1] ?? 0);
   return { allowed: config.gateway.allowedPorts, taken: apiPort > 0 ? [apiPort] : [] };
 }

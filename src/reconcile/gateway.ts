@@ -191,7 +191,9 @@ export class GatewayController implements Controller {
         backends.set(g.id, list);
       }
       if (this.api) {
-        const fqdns = [`registry.${this.s.config.metroDomain.toLowerCase()}`];
+        // the platform's own names: the registry (docs/registry.md) and the web console (docs/console.md)
+        const metro = this.s.config.metroDomain.toLowerCase();
+        const fqdns = [`registry.${metro}`, `console.${metro}`];
         const base = { groupId: REGISTRY_ROUTE, userId: '', destinationPort: this.api.port, fqdns };
         routes.push({ ...base, port: 443, handlers: ['tls', 'http'] });
         routes.push({ ...base, port: 80, destinationPort: 443, handlers: ['http', 'redirect'] });
