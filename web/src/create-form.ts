@@ -1,9 +1,9 @@
 // The create form's rules, apart from the view so they can be tested: the draft, what the API would
 // refuse (the same name and port checks, imported from the daemon's sources), and the request body.
-import type { paths } from './api/schema';
-import { checkName } from '../../src/domain/names';
-import { checkServices } from '../../src/domain/ports';
-import { parseEnv } from './decode';
+import type { paths } from './api/schema.js';
+import { checkName } from '../../src/domain/names.js';
+import { checkServices } from '../../src/domain/ports.js';
+import { parseEnv } from './decode.js';
 
 type CreateBody = NonNullable<paths['/v1/instances']['post']['requestBody']>['content']['application/json'];
 type Single = Exclude<CreateBody, unknown[]>;
