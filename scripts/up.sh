@@ -79,6 +79,8 @@ User '$USER_NAME' token (also in $DATA/$USER_NAME.token):
 Images to boot: echo:latest, exit:latest, http:latest, fetch:latest, burn:latest, panic:latest$UK_IMAGES
 Gateway: published services listen on 127.0.0.1 (80/443); TLS uses the metro wildcard
 certificate signed by the local CA $DATA/ca/ca.pem (trust it, or pass --cacert).
+Web console: open $URL/ in a browser and sign in with the token above.
+
 Next, boot an instance and read its console with the unihost CLI (after the exports above):
 
   node bin/unihost.js instance create echo:latest --name hello --start -- hello world

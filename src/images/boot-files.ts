@@ -1,4 +1,4 @@
-import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { err } from '../errors.js';
 import { syncDir, tempName } from './fsutil.js';
@@ -11,6 +11,8 @@ import {
   MACHINES,
   SHUTDOWNS,
   type BootDefaults,
+  type Firmware,
+  type Machine,
 } from './kernel-type.js';
 import { ImageLayout } from './layout.js';
 import {
@@ -160,11 +162,123 @@ async function unpack(layout: ImageLayout, digest: string, manifest: Manifest, d
 }
 
 /**
+ * How this host chooses a machine for a Unikraft kernel by trial boots (the
+ * QEMU driver's `chooseBoot`; docs/machines.md, "Choosing the machine").
+ * `vmm` names the QEMU build and accelerator: a choice made with another is
+ * made again.
+ */
+export interface MachineChooser {
+  vmm: string;
+  run(
+    kernel: string,
+    memoryMb: number,
+  ): Promise<{ choice: { machine: Machine; firmware: Firmware }; trials: unknown[] }>;
+}
+
+/** What `choice.json` beside an unpacked kernel holds. */
+export interface StoredChoice {
+  machine: Machine;
+  firmware: Firmware;
+  vmm: string;
+  trials: unknown[];
+  decided_at: string;
+}
+
+const choicePath = (layout: ImageLayout, digest: string): string =>
+  join(layout.unpacked, digest.slice('sha256:'.length), 'choice.json');
+
+/** The choice this host made for `digest`, if it made one with this VMM. */
+export async function readChoice(
+  paths: { images: string },
+  digest: string,
+  vmm?: string,
+): Promise<StoredChoice | undefined> {
+  try {
+    const c = JSON.parse(await readFile(choicePath(new ImageLayout(paths.images), digest), 'utf8')) as StoredChoice;
+    if (!MACHINES.includes(c.machine) || !FIRMWARES.includes(c.firmware)) return undefined;
+    return vmm === undefined || c.vmm === vmm ? c : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Trial boots of one image take a few seconds (3 candidates, 3 boots each, 5 s at most per boot). */
+const LOCK_STALE_MS = 60_000;
+
+/** Decisions under way in this process: a boot that needs one joins it instead of booting trials twice. */
+const deciding = new Map<string, Promise<StoredChoice>>();
+
+/**
+ * Makes this host's machine choice for image `digest` if it needs one (a
+ * Multiboot kernel whose image names no machine or firmware) and has none
+ * made with this VMM: trial boots, then `choice.json` written atomically.
+ * Returns the choice (`fresh` when this call made it), or undefined when the
+ * image needs none. Concurrent calls share one decision.
+ */
+export async function decideMachine(
+  paths: { images: string },
+  digest: string,
+  chooser: MachineChooser,
+): Promise<(StoredChoice & { fresh: boolean }) | undefined> {
+  const files = await imageBootFiles(paths, digest);
+  if (!files.choosable) return undefined;
+  const known = await readChoice(paths, digest, chooser.vmm);
+  if (known) return { ...known, fresh: false };
+  let p = deciding.get(digest);
+  if (!p) {
+    p = (async () => {
+      const layout = new ImageLayout(paths.images);
+      const file = choicePath(layout, digest);
+      // one decision per host: another process (the daemon, an `image import`) deciding the same image is waited for
+      const lock = `${file}.lock`;
+      for (;;) {
+        const got = await open(lock, 'wx').then(
+          async (fh) => (await fh.close(), true),
+          (e: NodeJS.ErrnoException) => {
+            if (e.code !== 'EEXIST') throw e;
+            return false;
+          },
+        );
+        if (got) break;
+        const other = await readChoice(paths, digest, chooser.vmm);
+        if (other) return other;
+        const age = Date.now() - ((await stat(lock).catch(() => undefined))?.mtimeMs ?? 0);
+        // trial boots take seconds: a lock this old was left by a process that died
+        if (age > LOCK_STALE_MS) await rm(lock, { force: true });
+        else await new Promise((r) => setTimeout(r, 100));
+      }
+      try {
+        const { choice, trials } = await chooser.run(files.kernel, Math.max(files.minMemoryMb, 16));
+        const c: StoredChoice = { ...choice, vmm: chooser.vmm, trials, decided_at: new Date().toISOString() };
+        await mkdir(layout.tmp, { recursive: true });
+        const tmp = tempName(layout.tmp, 'choice');
+        await writeFile(tmp, JSON.stringify(c, null, 2) + '\n');
+        await fsyncFile(tmp);
+        await rename(tmp, file);
+        return c;
+      } finally {
+        await rm(lock, { force: true });
+      }
+    })().finally(() => deciding.delete(digest));
+    deciding.set(digest, p);
+    return { ...(await p), fresh: true };
+  }
+  return { ...(await p), fresh: false };
+}
+
+/**
  * The files and settings to boot image `digest`, unpacking kernel and initrd
  * once into `<images>/unpacked/<hex>/`. Callable any time after the image
- * was imported; safe to call concurrently.
+ * was imported; safe to call concurrently. A Unikraft kernel whose image
+ * names no machine boots on this host's choice (`choice.json`); with a
+ * `chooser` and no choice yet, the trial boots run first (the boot waits for
+ * them), without one it boots on the detected default.
  */
-export async function imageBootFiles(paths: { images: string }, digest: string): Promise<BootFiles> {
+export async function imageBootFiles(
+  paths: { images: string },
+  digest: string,
+  chooser?: MachineChooser,
+): Promise<BootFiles & { choosable: boolean }> {
   if (!DIGEST_RE.test(digest)) throw err('UH_INVALID', `'${digest}' is not a sha256 digest`);
   const layout = new ImageLayout(paths.images);
   const info = await readImage(layout, digest);
@@ -177,15 +291,22 @@ export async function imageBootFiles(paths: { images: string }, digest: string):
   const known = b.machine && b.firmware && b.contract && b.shutdown;
   const format = known ? null : await detectKernelFormat(kernel);
   if (!known && !format && !b.machine) await detectMachine(kernel, `of image ${digest}`); // throws the readable error
+  const choosable = format === 'multiboot' && !b.machine && !b.firmware;
+  const chosen = !choosable
+    ? undefined
+    : ((await readChoice(paths, digest, chooser?.vmm)) ??
+      (chooser ? await decideMachine(paths, digest, chooser) : undefined));
   return {
     kernel,
     ...(hasInitrd ? { initrd } : {}),
     kernelArgs: info.kernelArgs,
     args: info.args,
     env: info.env,
-    ...bootDefaults(format, b.machine),
+    ...bootDefaults(format, chosen?.machine ?? b.machine),
+    ...(chosen ? { firmware: chosen.firmware } : {}),
     ...b,
     minMemoryMb: info.minMemoryMb,
     ports: info.ports,
+    choosable,
   };
 }

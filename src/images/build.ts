@@ -1,6 +1,13 @@
 import { stat } from 'node:fs/promises';
 import { err } from '../errors.js';
-import { detectMachine, type Contract, type Firmware, type Machine, type Shutdown } from './kernel-type.js';
+import {
+  detectKernelFormat,
+  detectMachine,
+  type Contract,
+  type Firmware,
+  type Machine,
+  type Shutdown,
+} from './kernel-type.js';
 import type { BlobRef, ImageLayout } from './layout.js';
 import {
   ANN,
@@ -82,6 +89,9 @@ export async function buildKernelImage(layout: ImageLayout, s: KernelImageSpec):
   await requireFile(s.kernel, 'kernel');
   if (s.initrd !== undefined) await requireFile(s.initrd, 'initrd');
   const machine = s.machine ?? (await detectMachine(s.kernel));
+  // A Unikraft (Multiboot) kernel without a machine given is left to each host's trial boots
+  // (docs/machines.md, "Choosing the machine"): the image states only what was decided by its maker.
+  const stated = s.machine ?? ((await detectKernelFormat(s.kernel)) === 'multiboot' ? undefined : machine);
   const layers = [await fileLayer(layout, s.kernel, KERNEL_PATH, ANN.kernelImage)];
   if (s.initrd !== undefined) layers.push(await fileLayer(layout, s.initrd, INITRD_PATH, ANN.kernelInitrd));
 
@@ -99,7 +109,8 @@ export async function buildKernelImage(layout: ImageLayout, s: KernelImageSpec):
   };
   const cfg = await layout.putBytes(JSON.stringify(config));
 
-  const annotations: Record<string, string> = { [ANN.imageName]: s.name, [ANN.machine]: machine };
+  const annotations: Record<string, string> = { [ANN.imageName]: s.name };
+  if (stated) annotations[ANN.machine] = stated;
   if (s.kernelVersion) annotations[ANN.kernelVersion] = s.kernelVersion;
   if (s.kernelArgs) annotations[ANN.kernelArgs] = s.kernelArgs;
   if (s.minMemoryMb !== undefined) annotations[ANN.minMemoryMb] = String(s.minMemoryMb);

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { list } from 'tar';
-import { imageBootFiles, readImage } from './boot-files.js';
+import { decideMachine, imageBootFiles, readChoice, readImage } from './boot-files.js';
 import { buildKernelImage } from './build.js';
 import { ImageLayout } from './layout.js';
 import type { Index, Manifest } from './oci.js';
@@ -147,6 +147,7 @@ describe('image layout: packing kernels', () => {
         shutdown: 'acpi',
         minMemoryMb: 0,
         ports: [],
+        choosable: false,
       },
     );
     const ino = statSync(b.kernel).ino;
@@ -166,6 +167,58 @@ describe('image layout: packing kernels', () => {
     assert.equal(b.machine, 'microvm');
     assert.equal(b.initrd, undefined);
     assert.ok(!existsSync(join(layout.unpacked, forced.digest.slice(7), 'initrd')));
+  });
+
+  test("a Unikraft kernel without a machine: this host's choice by trial boots, made once, bound to the VMM", async () => {
+    const mb = join(dir, 'unikraft-choice');
+    writeFileSync(mb, multibootKernel());
+    const { digest } = await buildKernelImage(layout, { name: 'ukc', kernel: mb, args: ['c'] });
+    const paths = { images: layout.root };
+    const before = await imageBootFiles(paths, digest);
+    assert.equal(before.choosable, true);
+    assert.equal(before.machine, 'pc', 'no choice yet and no chooser: the safe default');
+    // a fake of the driver's trial boots (the real ones: test/vm/unikraft.test.ts)
+    let runs = 0;
+    const chooser = (vmm: string, pick: 'microvm' | 'pc') => ({
+      vmm,
+      run: async () => {
+        runs++;
+        await new Promise((r) => setTimeout(r, 30));
+        return { choice: { machine: pick, firmware: 'seabios' as const }, trials: [{ pick }] };
+      },
+    });
+    const a = chooser('qemu 7.2; tcg', 'microvm');
+    // boots that come together share one decision
+    const boots = await Promise.all([1, 2, 3].map(() => imageBootFiles(paths, digest, a)));
+    assert.equal(runs, 1);
+    for (const b of boots) assert.equal(b.machine, 'microvm');
+    assert.equal(boots[0]!.contract, 'unikraft', 'still booted as Unikraft');
+    const stored = await readChoice(paths, digest);
+    assert.deepEqual(stored?.trials, [{ pick: 'microvm' }]);
+    assert.equal((await imageBootFiles(paths, digest)).machine, 'microvm', 'read without a chooser too');
+    assert.equal((await decideMachine(paths, digest, a))?.fresh, false);
+    assert.equal(runs, 1);
+    // another QEMU build or accelerator decides again
+    const b = chooser('qemu 8.0; kvm', 'pc');
+    assert.equal((await imageBootFiles(paths, digest, b)).machine, 'pc');
+    assert.equal(runs, 2);
+    // an image that names its machine needs no choice
+    const named = await buildKernelImage(layout, { name: 'ukn', kernel: mb, machine: 'pc' });
+    assert.equal(await decideMachine(paths, named.digest, a), undefined);
+    assert.equal(runs, 2);
+    // a decision another process holds (its lock) is waited for, not made twice
+    const other = await buildKernelImage(layout, { name: 'uko', kernel: mb, args: ['o'] });
+    const hex = other.digest.slice(7);
+    await imageBootFiles(paths, other.digest); // unpacked
+    writeFileSync(join(layout.unpacked, hex, 'choice.json.lock'), '');
+    const waiting = decideMachine(paths, other.digest, a);
+    await new Promise((r) => setTimeout(r, 150));
+    writeFileSync(
+      join(layout.unpacked, hex, 'choice.json'),
+      JSON.stringify({ machine: 'pc', firmware: 'qboot', vmm: a.vmm, trials: [], decided_at: '' }),
+    );
+    assert.equal((await waiting)?.firmware, 'qboot');
+    assert.equal(runs, 2);
   });
 
   test('bad input is refused before anything is stored', async () => {

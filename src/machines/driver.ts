@@ -1,3 +1,4 @@
+import type { MachineChooser } from '../images/boot-files.js';
 /**
  * The narrow interface between the machine controller and a VMM. A driver
  * boots, stops and kills VMs and reports what it observes; it never touches
@@ -116,6 +117,11 @@ export interface MachineDriver {
   resume?(id: string): Promise<void>;
   /** What a snapshot is bound to besides the spec (the VMM's build and accelerator): restored only into the same. */
   readonly snapshotVersion?: string;
+  /**
+   * Chooses the machine of a Unikraft kernel by trial boots on this host
+   * (docs/machines.md, "Choosing the machine"); absent where nothing boots.
+   */
+  machineChooser?(): MachineChooser;
   /** Ends the VM at once (no clean shutdown). */
   kill(id: string): Promise<void>;
   /** Kills the VM if it runs and removes its runtime files. */

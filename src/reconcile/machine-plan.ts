@@ -1,5 +1,5 @@
 import { buildCmdline } from '../domain/cmdline.js';
-import { imageBootFiles } from '../images/boot-files.js';
+import { imageBootFiles, type MachineChooser } from '../images/boot-files.js';
 import type { Contract, MachineRuntime, MachineSpec, Shutdown } from '../machines/driver.js';
 import type { ControllerDeps } from './deps.js';
 import type { GuestAddress, InstanceRec, Tx } from '../store/types.js';
@@ -60,16 +60,20 @@ export async function bootPlan(
     network,
     volumes: images,
     restore,
+    chooser,
   }: {
     network?: NetworkHooks;
     volumes: VolumeDriver;
     restore?: (inst: InstanceRec, dir: string, machine: string) => Promise<string | null>;
+    /** this host's trial boots for a Unikraft kernel whose image names no machine */
+    chooser?: MachineChooser;
   },
   inst: InstanceRec,
   t0: number,
   now: () => number,
 ): Promise<BootPlan> {
-  const img = await imageBootFiles(s.paths, inst.image);
+  // a Unikraft kernel without a machine choice on this host waits for its trial boots (docs/machines.md)
+  const img = await imageBootFiles(s.paths, inst.image, chooser);
   const dir = s.paths.instance(inst.id);
   const from = (await restore?.(inst, dir, img.machine)) ?? null;
   const guest = from ? foreignGuest(inst, inst.snapshot?.guest) : undefined;

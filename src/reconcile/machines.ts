@@ -16,6 +16,7 @@ import { escalatedStop, recordExitInTx, restartInTx, type ExitEvent } from './ma
 import { bootPlan, recordBootInTx, type BootPlan, type RuntimeRec } from './machine-plan.js';
 import { killStrays, settleVanishedInTx, stopWithoutVmInTx } from './machine-adopt.js';
 import { snapshotFile, Snapshots } from './machine-snapshots.js';
+import { decideMachine, type MachineChooser } from '../images/boot-files.js';
 
 export interface MachineControllerOptions {
   services: ControllerDeps;
@@ -65,6 +66,12 @@ export class MachineController implements Controller {
   private readonly probes: ReadinessProbes | undefined;
   private readonly vmVolumes = new VmVolumes();
   private readonly snapshots: Snapshots;
+  /** trial boots of this host's driver (none for drivers that boot nothing) */
+  private readonly chooser: MachineChooser | undefined;
+  /** images whose machine choice this process has made or found unneeded */
+  private readonly choiceDone = new Set<string>();
+  private choosing: Promise<void> | null = null;
+  private chooseAgain = false;
 
   constructor(private readonly o: MachineControllerOptions) {
     this.s = o.services;
@@ -88,6 +95,7 @@ export class MachineController implements Controller {
       this.closed ? Promise.resolve() : this.queue.run(id, () => this.onVmEvent(id, ev)),
     );
     this.snapshots = new Snapshots(this.s, this.driver, o.log, (id, m) => this.note(id, m));
+    this.chooser = this.driver.machineChooser?.();
   }
 
   private now(): number {
@@ -101,12 +109,60 @@ export class MachineController implements Controller {
 
   async start(): Promise<void> {
     this.off = follow(this.s.store, {
-      kinds: ['instance', 'volume'],
-      change: (c) => (c.kind === 'instance' ? this.kick(c.id) : void this.kickVolumeOwner(c.id)),
+      kinds: ['instance', 'volume', 'image'],
+      change: (c) =>
+        c.kind === 'instance'
+          ? this.kick(c.id)
+          : c.kind === 'volume'
+            ? void this.kickVolumeOwner(c.id)
+            : this.chooseMachines(),
       resync: () => void this.kickAll(),
       resyncMs: this.s.config.store.resyncMs,
     });
     await this.adoptAll();
+    this.chooseMachines();
+  }
+
+  /**
+   * Makes the machine choice of new images in the background (a pushed
+   * Unikraft kernel is test-booted here once, off the request path); a boot
+   * that comes first waits for the same decision (docs/machines.md).
+   */
+  private chooseMachines(): void {
+    if (!this.chooser || this.closed) return;
+    if (this.choosing) {
+      this.chooseAgain = true;
+      return;
+    }
+    this.choosing = (async () => {
+      do {
+        this.chooseAgain = false;
+        const images = await this.s.store.read((tx) => tx.images.list());
+        for (const { digest } of images) {
+          if (this.closed) return;
+          if (this.choiceDone.has(digest)) continue;
+          try {
+            const c = await decideMachine(this.s.paths, digest, this.chooser!);
+            if (c?.fresh)
+              this.o.log.info(
+                { digest, machine: c.machine, firmware: c.firmware, trials: c.trials },
+                'machines: chose how to boot a new Unikraft image by trial boots',
+              );
+            this.choiceDone.add(digest);
+          } catch (e) {
+            // an image without boot files here (its host is elsewhere) or a failed read: tried at the next change
+            this.o.log.warn({ err: e, digest }, 'machines: could not choose how to boot an image');
+          }
+        }
+      } while (this.chooseAgain && !this.closed);
+    })()
+      .catch((e: unknown) => this.o.log.warn({ err: e }, 'machines: reading the images failed'))
+      .finally(() => (this.choosing = null));
+  }
+
+  /** Waits for the background machine choices (tests). */
+  async machineChoices(): Promise<void> {
+    while (this.choosing) await this.choosing;
   }
 
   /** Resync: every instance of this host once more (a failed read is tried at the next resync). */
@@ -126,6 +182,7 @@ export class MachineController implements Controller {
   async stop(): Promise<void> {
     this.closed = true;
     this.off?.();
+    await this.choosing; // a trial boot under way ends with its VM
     this.probes?.endAll();
     this.timers.clearAll();
     await this.queue.stop();
@@ -346,7 +403,7 @@ export class MachineController implements Controller {
         }
       }
       const restore = (i: InstanceRec, dir: string, machine: string) => this.snapshots.planRestore(i, dir, machine);
-      plan = await bootPlan(this.s, { ...this.o, restore }, inst, t0, () => this.now());
+      plan = await bootPlan(this.s, { ...this.o, restore, chooser: this.chooser }, inst, t0, () => this.now());
       // a volume being copied (`admin backup`): the boot waits for the release, which kicks it.
       // Checked in the same turn as `track`, so a hold either sees this VM or this boot sees the hold.
       if (this.vmVolumes.isHeld(volumes.map((v) => v.id))) {

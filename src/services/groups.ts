@@ -136,7 +136,7 @@ export class GroupService {
   }
 
   async get(user: UserRec, t: Target) {
-    return this.deps.store.read(async (tx) => {
+    const view = await this.deps.store.read(async (tx) => {
       const g = await findGroup(tx, user, t);
       const as = await tx.autoscale.get(g.id);
       return {
@@ -152,6 +152,16 @@ export class GroupService {
         instances: (await tx.instances.inGroup(g.id)).map((i) => ({ uuid: i.id, name: i.name })),
       };
     });
+    // the gateway's counters, where a gateway measures them (docs/gateway.md, "Traffic counters")
+    const c = (await this.deps.figures.gateway())?.groups[view.uuid];
+    if (!c) return view;
+    const traffic = {
+      requests: c.requests,
+      open_connections: c.openConnections,
+      bytes_in: c.bytesIn,
+      bytes_out: c.bytesOut,
+    };
+    return { ...view, traffic };
   }
 
   /** PATCH: one property (src/services/group-updates.ts). */

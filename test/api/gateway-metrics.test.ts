@@ -74,4 +74,12 @@ test('requests, open connections and bytes per service group', async () => {
   assert.equal(sample(fs.unihost_gateway_open_connections, { group: g.uuid }), 0);
   assert.ok(sample(fs.unihost_gateway_bytes_total, { group: g.uuid, direction: 'in' })! > 0, r.text);
   assert.ok(sample(fs.unihost_gateway_bytes_total, { group: g.uuid, direction: 'out' })! > 0, r.text);
+
+  // the group's owner reads the same counters on the group itself (the console's service groups view)
+  const [mine] = ok(await h.call('GET', `/v1/services/${g.uuid}`, alice));
+  assert.equal(mine.traffic.requests, 0);
+  assert.equal(mine.traffic.open_connections, 0);
+  assert.ok(mine.traffic.bytes_in > 0 && mine.traffic.bytes_out > 0, JSON.stringify(mine.traffic));
+  const listed = ok(await h.call('GET', '/v1/services', alice));
+  assert.ok(listed.find((x) => x.uuid === g.uuid)?.traffic, 'in the list too');
 });

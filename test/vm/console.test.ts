@@ -200,7 +200,15 @@ if (!insideTestNetns()) {
         await site.close();
       }
       await go('#/groups');
-      await page.getByRole('cell', { name: fqdn! }).waitFor();
+      const row = page.locator('tr', { hasText: fqdn! });
+      await row.waitFor();
+      // the gateway's counters of the group: the requests above were counted (its stats poll is periodic)
+      for (let i = 0; i < 40 && !/[1-9]\d* requests/.test(await row.innerText()); i++) {
+        await page.waitForTimeout(250);
+        await go('#/instances');
+        await go('#/groups');
+      }
+      assert.match(await row.innerText(), /[1-9]\d* requests/);
       await shot('groups');
       await axe('service groups');
     });
@@ -302,6 +310,15 @@ if (!insideTestNetns()) {
       await page.getByRole('button', { name: 'Sign out' }).click();
       await page.getByText('You signed out.').waitFor();
       assert.equal(await page.evaluate(() => sessionStorage.getItem('unihost.token')), null);
+      assert.equal(await page.getByRole('link', { name: 'Hosts' }).count(), 0, 'no hosts for a tenant');
+      // an operator (developer account) also sees the hosts
+      await page.getByLabel('API token').fill(await h.user('ops', true));
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('link', { name: 'Hosts' }).click();
+      await page.getByRole('heading', { name: 'Hosts', level: 1 }).waitFor();
+      await page.locator('tbody tr').first().waitFor();
+      await shot('hosts');
+      await axe('hosts');
     });
   });
 }

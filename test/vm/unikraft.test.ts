@@ -21,7 +21,8 @@ import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import { Agent, request } from 'undici';
 import { defaultControllers } from '../../src/controllers.js';
-import { chooseBoot } from '../../src/machines/qemu/choose.js';
+import { chooseBoot, type TrialResult } from '../../src/machines/qemu/choose.js';
+import { readChoice, type StoredChoice } from '../../src/images/boot-files.js';
 import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { runCli } from '../helpers/cli.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
@@ -42,6 +43,7 @@ if (!insideTestNetns()) {
   describe('Unikraft kernels, inside the namespace', () => {
     let h: Harness;
     let t: string;
+    let pushedChoice: StoredChoice | undefined;
     const kernel = (name: string) => join(UK!, `${name}_qemu-x86_64`);
     const decode = (c: number) => ({ reason: c & 0xff, initlvl: (c >> 8) & 0x7f, errno: (c >> 16) & 0xff });
     const get = async (name: string) => (await h.call('GET', '/v1/instances', t, { name })).body.data.instances[0];
@@ -81,6 +83,17 @@ if (!insideTestNetns()) {
         UKC_TOKEN: t,
       });
       assert.equal(push.code, 0, push.stderr);
+      // packed without a machine: the daemon chooses it by trial boots in the background, off the push
+      const tag = await h.daemon.store.read((tx) => tx.images.tag('uk/c-http:1'));
+      const manifest = JSON.parse(
+        readFileSync(join(h.daemon.services.paths.images, 'blobs', 'sha256', tag!.digest.slice(7)), 'utf8'),
+      );
+      assert.equal(manifest.annotations['org.unihost.machine'], undefined, 'the image names no machine');
+      pushedChoice = await poll(
+        'the background machine choice of the pushed image',
+        () => readChoice(h.daemon.services.paths, tag!.digest),
+        60_000,
+      );
       // a text file: without a machine the import refuses it; forced onto `pc`, QEMU refuses it
       // (random bytes would be loaded as an ancient zImage and run: a hang, not a refusal)
       const junk = join(h.dataDir, 'not-a-kernel');
@@ -169,6 +182,45 @@ if (!insideTestNetns()) {
       const i = await get('web');
       assert.equal(i.stop_reason, 28, 'user-initiated, forced: the kernel cannot shut down cleanly');
       assert.match(await log('web'), /does not honour shutdown requests/);
+    });
+
+    test('a pushed kernel without a machine: chosen by trial boots after the push, as an import chooses', async () => {
+      // the same choice as the direct trial boots above: c-http 0.16.3 boots only on pc with SeaBIOS
+      assert.deepEqual(
+        { machine: pushedChoice!.machine, firmware: pushedChoice!.firmware },
+        { machine: 'pc', firmware: 'seabios' },
+      );
+      const trials = pushedChoice!.trials as TrialResult[];
+      assert.equal(trials.length, 3, 'each candidate tried');
+      assert.match(trials[0]!.failure ?? '', /Assertion failure/, 'microvm fails, as it does unconfined');
+      assert.ok(
+        trials[2]!.boots.every((b) => typeof b === 'number'),
+        JSON.stringify(trials),
+      );
+      assert.match(pushedChoice!.vmm, /QEMU emulator version .*; tcg/, 'bound to the QEMU build and accelerator');
+      // the operator's import takes the same path: helloworld with no --machine
+      const imp = await runCli(
+        ['image', '--data-dir', h.dataDir, 'import', 'hw2:latest', '--kernel', kernel('helloworld')],
+        {},
+      );
+      assert.equal(imp.code, 0, imp.stderr);
+      assert.match(imp.stderr, /choosing the fastest machine/);
+      assert.match(imp.stderr, /microvm\s+\d+ ms/);
+      const tag = await h.daemon.store.read((tx) => tx.images.tag('hw2:latest'));
+      const c = await readChoice(h.daemon.services.paths, tag!.digest);
+      assert.ok(c, 'the import wrote its choice where the daemon reads it');
+      assert.match(imp.stdout, new RegExp(`machine\\s+${c.machine}`));
+      const r = await h.call('POST', '/v1/instances', t, {
+        name: 'hw2',
+        image: 'hw2:latest',
+        memory_mb: 16,
+        autostart: true,
+        wait_timeout_ms: 30_000,
+      });
+      assert.equal(r.body.status, 'success', r.text);
+      const w = await h.call('GET', '/v1/instances/wait', t, { name: 'hw2', state: 'stopped', timeout_ms: 30_000 });
+      assert.equal(w.body.status, 'success', w.text);
+      assert.match(await log('hw2'), /Hello from Unikraft!/);
     });
 
     test('crash-abort: a crash in the application (EXP, initlvl 127); on-failure restarts it', async () => {

@@ -13,6 +13,7 @@ import { Certificates } from './views/certificates';
 import { Images } from './views/images';
 import { Quotas } from './views/quotas';
 import { Events } from './views/events';
+import { Hosts, listHosts } from './views/hosts';
 
 const NAV: [string, string][] = [
   ['#/instances', 'Instances'],
@@ -54,6 +55,8 @@ function route(hash: string) {
       return <Quotas />;
     case 'events':
       return <Events />;
+    case 'hosts':
+      return <Hosts />;
     default:
       return (
         <section>
@@ -156,6 +159,8 @@ function LiveDot() {
 function App() {
   const [signedIn, setSignedIn] = useState(session.token() !== null);
   const [reason, setReason] = useState<string | null>(null);
+  // developer (operator) accounts also see the hosts: the API answers them, and refuses others
+  const [developer, setDeveloper] = useState(false);
   const hash = useHash();
   useEffect(
     () =>
@@ -170,7 +175,12 @@ function App() {
     [],
   );
   useEffect(() => {
-    if (signedIn) events.start();
+    if (!signedIn) return setDeveloper(false);
+    events.start();
+    listHosts().then(
+      () => setDeveloper(true),
+      () => setDeveloper(false),
+    );
   }, [signedIn]);
   // a new page takes the focus to its heading, for keyboard and screen reader users
   useEffect(() => {
@@ -198,7 +208,7 @@ function App() {
         </a>
         <nav aria-label="Main">
           <ul>
-            {NAV.map(([href, label]) => (
+            {(developer ? [...NAV, ['#/hosts', 'Hosts'] as [string, string]] : NAV).map(([href, label]) => (
               <li key={href}>
                 <a href={href} aria-current={current === href ? 'page' : undefined}>
                   {label}

@@ -27,6 +27,17 @@ export const GroupStatus = closed(
     hard_limit: Opt(Int()),
     domains: GroupSummary.properties.domains,
     instances: Type.Array(closed({ uuid: Uuid(), name: Str() }, 'An instance of the group.')),
+    traffic: Opt(
+      closed(
+        {
+          requests: Int('HTTP requests, or connections of a TCP-mode port.'),
+          open_connections: Int('Client connections open now.'),
+          bytes_in: Int('Bytes from clients.'),
+          bytes_out: Int('Bytes to clients.'),
+        },
+        "Traffic through the gateway since the daemon started (absent when no gateway measures it; unihost's own field).",
+      ),
+    ),
   },
   'A service group (GET /v1/services).',
 );

@@ -1,17 +1,12 @@
 import type { Command } from 'commander';
 import { err } from '../../errors.js';
 import type { Config } from '../../config.js';
-import {
-  detectKernelFormat,
-  FIRMWARES,
-  MACHINES,
-  SHUTDOWNS,
-  type Firmware,
-  type Machine,
-} from '../../images/kernel-type.js';
+import { FIRMWARES, MACHINES, SHUTDOWNS, type Machine } from '../../images/kernel-type.js';
 import { probeAccel } from '../../machines/qemu/accel.js';
-import { chooseBoot } from '../../machines/qemu/choose.js';
+import { qemuMachineChooser, type TrialResult } from '../../machines/qemu/choose.js';
+import { decideMachine, imageBootFiles } from '../../images/boot-files.js';
 import type { ImportResult } from '../../services/images.js';
+import type { Services } from '../../services/index.js';
 import { withServices } from '../admin/users.js';
 
 interface ImportOpts {
@@ -68,30 +63,25 @@ export function parsePorts(ports: string[]): number[] {
 }
 
 /**
- * `--machine auto` (the default) for a Unikraft (Multiboot) kernel: boot it
- * on each candidate machine and keep the fastest that boots it every time
- * (docs/machines.md, "Choosing the machine"). Other kernels keep detection.
+ * `--machine auto` (the default) for a Unikraft (Multiboot) kernel: the image
+ * names no machine, and this host's choice is made at once by the same trial
+ * boots the daemon makes for a pushed image (`decideMachine`; docs/machines.md,
+ * "Choosing the machine"), with each candidate's boots printed.
  */
-async function autoChoice(o: ImportOpts, c: Config): Promise<{ machine: Machine; firmware: Firmware } | undefined> {
-  if (o.machine !== undefined && o.machine !== 'auto') return undefined;
-  if (o.firmware !== undefined || (await detectKernelFormat(o.kernel!)) !== 'multiboot') return undefined;
+async function chooseNow(r: ImportResult, s: Services, c: Config): Promise<void> {
   const m = c.machines;
   const accel = await probeAccel(m.accel, { qemu: m.qemu });
+  const chooser = qemuMachineChooser({ qemu: m.qemu, accel, tbSizeMb: m.tbSizeMb });
+  if (!(await imageBootFiles(s.paths, r.digest)).choosable) return;
   process.stderr.write('choosing the fastest machine that boots this kernel reliably...\n');
-  const mem = Math.max(parseMemory(o.minMemoryMb) ?? 0, 16);
-  const { choice, trials } = await chooseBoot(o.kernel!, {
-    qemu: m.qemu,
-    accel,
-    tbSizeMb: m.tbSizeMb,
-    tscKhz: 0,
-    memoryMb: mem,
-  });
-  for (const t of trials) {
+  const d = await decideMachine(s.paths, r.digest, chooser);
+  if (!d) return;
+  for (const t of d.trials as TrialResult[]) {
     const name = t.choice.machine === 'microvm' ? 'microvm' : `pc/${t.choice.firmware}`;
     const boots = t.boots.map((b) => (b === null ? 'x' : `${b} ms`)).join(', ');
     process.stderr.write(`  ${name.padEnd(12)} ${boots}${t.failure ? ` (${t.failure})` : ''}\n`);
   }
-  return choice;
+  r.boot = { ...r.boot, machine: d.machine, firmware: d.firmware };
 }
 
 export function parseMemory(v: string | undefined): number | undefined {
@@ -192,11 +182,8 @@ export function registerImageImport(image: Command): void {
         const r =
           o.oci !== undefined
             ? await s.images.importOci(ref, o.oci)
-            : await s.images.importKernel(ref, {
-                kernel: o.kernel!,
-                ...(await kernelOptions(o)),
-                ...(await autoChoice(o, c)),
-              });
+            : await s.images.importKernel(ref, { kernel: o.kernel!, ...(await kernelOptions(o)) });
+        if (o.kernel !== undefined && (o.machine === undefined || o.machine === 'auto')) await chooseNow(r, s, c);
         printImport(r);
       });
     });

@@ -1,10 +1,19 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { MachineSpec } from '../driver.js';
 import { handoverOffset, unikraftCrash } from '../unikraft.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
+import { confinedCommand, jailArgv, jailRoot, VM_UID_BASE } from './jail.js';
+import { qemuVersion } from './snapshot.js';
+import type { MachineChooser } from '../../images/boot-files.js';
+
+/**
+ * The uid of trial boots: just below the VMs' range, so a trial never
+ * shares a uid with an instance's QEMU (a pushed kernel is a tenant's code).
+ */
+export const PROBE_UID = VM_UID_BASE - 1;
 
 /** A machine/firmware pair a Unikraft kernel may boot on, fastest first (docs/machines.md). */
 export interface BootChoice {
@@ -36,6 +45,8 @@ export interface ChooseOptions extends QemuOptions {
   timeoutMs?: number;
   /** after the handover, a crash within this window fails the boot */
   settleMs?: number;
+  /** confine each trial like an instance's QEMU (own uid, chroot, seccomp, rlimits); the daemon does */
+  confine?: boolean;
 }
 
 /**
@@ -57,7 +68,13 @@ async function trial(kernel: string, choice: BootChoice, o: ChooseOptions): Prom
   };
   const f = runtimeFiles(dir);
   const t0 = performance.now();
-  const child = spawn(o.qemu, qemuArgv(spec, o), { stdio: 'ignore' });
+  const argv = qemuArgv(spec, o);
+  let cmd = [o.qemu, ...argv];
+  if (o.confine) {
+    mkdirSync(jailRoot(dir));
+    cmd = confinedCommand(o.qemu, [...argv, ...jailArgv(dir, PROBE_UID)], o.memoryMb, []);
+  }
+  const child = spawn(cmd[0]!, cmd.slice(1), { stdio: 'ignore' });
   let exited: number | null | undefined;
   child.once('exit', (code) => (exited = code));
   child.once('error', () => (exited = -1));
@@ -121,4 +138,29 @@ export async function chooseBoot(
   const good = trials.filter((t) => t.failure === undefined);
   good.sort((a, b) => median(a.boots as number[]) - median(b.boots as number[]));
   return { choice: good[0]?.choice ?? SAFE_CHOICE, trials };
+}
+
+/**
+ * This host's trial boots as the images layer asks for them
+ * (`MachineChooser`): the daemon's driver and `image import` share it. `vmm`
+ * is the QEMU build and accelerator, as snapshots are bound to them.
+ */
+export function qemuMachineChooser(o: {
+  qemu: string;
+  accel: QemuOptions['accel'];
+  tbSizeMb: number;
+  confine?: boolean;
+}): MachineChooser {
+  return {
+    vmm: `${qemuVersion(o.qemu)}; ${o.accel}`,
+    run: (kernel, memoryMb) =>
+      chooseBoot(kernel, {
+        qemu: o.qemu,
+        accel: o.accel,
+        tbSizeMb: o.tbSizeMb,
+        tscKhz: 0,
+        memoryMb,
+        confine: o.confine !== false,
+      }),
+  };
 }

@@ -14,6 +14,8 @@ import {
   type FSWatcher,
 } from 'node:fs';
 import { dirname } from 'node:path';
+import pLimit from 'p-limit';
+import type { MachineChooser } from '../../images/boot-files.js';
 import { ConsoleLog } from '../console-log.js';
 import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../driver.js';
 import { processStats } from '../stats.js';
@@ -24,6 +26,7 @@ import { confinedCommand, jailArgv, jailRoot, makeCgroups, processUid, removeCgr
 import { alive, hostVms, killVm } from './procs.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
+import { qemuMachineChooser } from './choose.js';
 import { qemuVersion, resumeRestored, snapshotSocket, writeSnapshot } from './snapshot.js';
 
 export interface QemuDriverOptions extends QemuOptions {
@@ -87,6 +90,14 @@ export class QemuDriver implements MachineDriver {
   get snapshotVersion(): string {
     return (this.version ??= `${qemuVersion(this.o.qemu)}; ${this.o.accel}`);
   }
+
+  /** Trial boots with this driver's QEMU, accelerator and confinement, one decision at a time. */
+  machineChooser(): MachineChooser {
+    const c = qemuMachineChooser(this.o);
+    return { vmm: this.snapshotVersion, run: (kernel, memoryMb) => this.trials(() => c.run(kernel, memoryMb)) };
+  }
+  /** trial boots of different images run one after the other: they measure boot times */
+  private readonly trials = pLimit(1);
 
   async start(spec: MachineSpec): Promise<MachineRuntime> {
     if (this.vms.get(spec.id)?.exited === false) throw new Error(`VM ${spec.id} is already running`);

@@ -1,6 +1,7 @@
 // Service groups: published ports, domains with their certificate state, attached instances,
 // and the autoscale configuration with its policies.
 import { api, full, ok } from '../api/client';
+import { bytes } from '../decode';
 import { Badge, Empty, ErrorBox, Notice, Page, Table, useLoad, useRefreshOnEvents } from '../ui';
 
 function Autoscale({ uuid }: { uuid: string }) {
@@ -56,6 +57,7 @@ export function Groups() {
               <th scope="col">Ports</th>
               <th scope="col">Domains</th>
               <th scope="col">Instances</th>
+              <th scope="col">Traffic</th>
               <th scope="col">Autoscale</th>
             </tr>
           </thead>
@@ -93,6 +95,19 @@ export function Groups() {
                           <a href={`#/instances/${i.uuid}`}>{i.name}</a>
                         </div>
                       ))}
+                </td>
+                <td>
+                  {g.traffic ? (
+                    <>
+                      <div>{g.traffic.requests} requests</div>
+                      <div>{g.traffic.open_connections} open</div>
+                      <div class="muted">
+                        in {bytes(g.traffic.bytes_in)}, out {bytes(g.traffic.bytes_out)}
+                      </div>
+                    </>
+                  ) : (
+                    <span class="muted">not measured</span>
+                  )}
                 </td>
                 <td>{g.autoscale ? <Autoscale uuid={g.uuid} /> : <span class="muted">off</span>}</td>
               </tr>

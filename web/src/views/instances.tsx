@@ -37,12 +37,16 @@ export function ImageName({ digest, tags }: { digest: string; tags: Map<string, 
   );
 }
 
+const PAGE = 100;
+
 export function Instances() {
   const { data, setData, error, loading, reload } = useLoad(listInstances);
   const { data: tags } = useLoad(() => imageTags());
   const [filter, setFilter] = useState('');
   const [picked, setPicked] = useState<Set<string>>(new Set());
   const [report, setReport] = useState<string | null>(null);
+  // rows rendered at once: a long list grows on request instead of laying out a thousand rows first
+  const [limit, setLimit] = useState(PAGE);
   const [, tick] = useState(0);
   useInterval(() => tick((n) => n + 1), 10_000); // ages move on
 
@@ -102,7 +106,8 @@ export function Instances() {
     await reload();
   };
 
-  const allShown = shown.length > 0 && shown.every((i) => picked.has(i.uuid));
+  const visible = shown.length > limit ? shown.slice(0, limit) : shown;
+  const allShown = visible.length > 0 && visible.every((i) => picked.has(i.uuid));
   return (
     <Page
       title="Instances"
@@ -162,7 +167,9 @@ export function Instances() {
                     type="checkbox"
                     aria-label="Select all shown"
                     checked={allShown}
-                    onChange={(e) => setPicked(e.currentTarget.checked ? new Set(shown.map((i) => i.uuid)) : new Set())}
+                    onChange={(e) =>
+                      setPicked(e.currentTarget.checked ? new Set(visible.map((i) => i.uuid)) : new Set())
+                    }
                   />
                 </th>
                 <th scope="col">Name</th>
@@ -176,7 +183,7 @@ export function Instances() {
               </tr>
             </thead>
             <tbody>
-              {shown.map((i) => (
+              {visible.map((i) => (
                 <tr key={i.uuid} data-uuid={i.uuid}>
                   <td>
                     <input
@@ -210,6 +217,20 @@ export function Instances() {
             </tbody>
           </Table>
           {shown.length === 0 && <Notice>No instance matches '{filter}'.</Notice>}
+          {shown.length > limit && (
+            <div class="more">
+              <span>
+                Showing {limit} of {shown.length}
+                {shown.length < data.length ? ` matching (${data.length} in all)` : ''}.
+              </span>
+              <button type="button" class="secondary" onClick={() => setLimit(limit + PAGE)}>
+                Show {Math.min(PAGE, shown.length - limit)} more
+              </button>
+              <button type="button" class="secondary" onClick={() => setLimit(Infinity)}>
+                Show all {shown.length}
+              </button>
+            </div>
+          )}
         </>
       )}
     </Page>
