@@ -84,6 +84,7 @@ export const ConfigFileSchema = Obj({
     portOffset: Type.Integer({ minimum: -1, maximum: 65535 }),
     threads: Type.Integer({ minimum: 0, maximum: 64 }),
     cpuWeight: Type.Integer({ minimum: 0, maximum: 10_000 }),
+    logErrors: Type.Boolean(),
     allowedPorts: Type.Array(Type.String({ pattern: '^[0-9]{1,5}(-[0-9]{1,5})?$' }), { maxItems: 256 }),
   }),
   acme: Obj({

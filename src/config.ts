@@ -142,6 +142,12 @@ export interface GatewayConfig {
    */
   cpuWeight: number;
   /**
+   * Log every abnormal gateway request or connection (HAProxy's log line:
+   * timers, termination state, servers) to the daemon's log at warn; for
+   * troubleshooting (costs some throughput). Env UNIHOST_GATEWAY_LOG_ERRORS=1.
+   */
+  logErrors: boolean;
+  /**
    * Public ports tenants may publish: single ports and `a-b` ranges
    * (docs/operations.md, "Ports"). The API's own port is never allowed.
    */
@@ -257,6 +263,7 @@ export const DEFAULTS: Config = {
     portOffset: 0,
     threads: 0,
     cpuWeight: 400,
+    logErrors: false,
     allowedPorts: ['80', '443', '1024-65535'],
     wake: { timeoutMs: 10_000, maxHeldPerGroup: 1000 },
   },
@@ -308,6 +315,7 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   if (env.UNIHOST_TLS_CERT || env.UNIHOST_TLS_KEY) c.tls = { cert: env.UNIHOST_TLS_CERT, key: env.UNIHOST_TLS_KEY };
   if (env.UNIHOST_METRO) c.metro = env.UNIHOST_METRO;
   if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;
+  if (env.UNIHOST_GATEWAY_LOG_ERRORS === '1') c.gateway = { ...c.gateway, logErrors: true } as Config['gateway'];
   if (env.UNIHOST_SUBNET) c.subnet = env.UNIHOST_SUBNET;
   if (env.UNIHOST_LOG_LEVEL) c.logLevel = env.UNIHOST_LOG_LEVEL;
   if (env.UNIHOST_LOG_FILE !== undefined) c.log = { file: env.UNIHOST_LOG_FILE };

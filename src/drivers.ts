@@ -59,6 +59,7 @@ const DATA_PLANES: Record<string, Build<(o: GatewayOptions) => DataPlane>> = {
       dataDir: s.config.dataDir,
       threads: gatewayThreads(s.config.gateway.threads, availableParallelism()),
       cpuWeight: s.config.gateway.cpuWeight,
+      logErrors: s.config.gateway.logErrors,
     }),
   memory: (s) => (o) => new MemoryDataPlane(o, () => s.clock.now()),
 };

@@ -57,8 +57,10 @@ export interface GatewayLimits {
   keepAliveTimeoutMs: number;
   /** request head size; larger heads get 431 */
   maxHeaderSize: number;
-  /** time to connect to a backend */
+  /** time to connect to a backend (each try) */
   connectTimeoutMs: number;
+  /** further tries after a failed connect (a new source port each; refused ones after 1 s) */
+  connectRetries: number;
   /** time a backend may take to send response headers */
   upstreamHeadersTimeoutMs: number;
   /** time a request may wait in a group's queue (soft limit reached) before it gets 503 */
@@ -80,7 +82,8 @@ export const DEFAULT_LIMITS: GatewayLimits = {
   tcpIdleTimeoutMs: 600_000,
   keepAliveTimeoutMs: 60_000,
   maxHeaderSize: 16 * 1024,
-  connectTimeoutMs: 5_000,
+  connectTimeoutMs: 1_000,
+  connectRetries: 4,
   upstreamHeadersTimeoutMs: 120_000,
   queueTimeoutMs: 30_000,
   hardStopAfterMs: 600_000,

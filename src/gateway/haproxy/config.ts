@@ -9,6 +9,8 @@ export interface PlaneState {
   /** nbthread; undefined = HAProxy's default */
   threads?: number;
   limits: GatewayLimits;
+  /** every abnormal request or connection logged (gateway.logErrors; HAProxy's stderr, read by the daemon) */
+  logErrors?: boolean;
   /**
    * The workers' uid and gid: set (a root daemon), they drop to it and are
    * chrooted into the empty `jail` dir; the master alone stays root (binds,
@@ -121,7 +123,16 @@ function globalSection(s: PlaneState, f: PlaneFiles): string[] {
     // No `log global` in defaults: a proxy with a logger builds a log line for every request even
     // when the level filters it out (a tenth of the request rate); process messages still reach stderr.
     'defaults',
+    // troubleshooting only: a line per abnormal request (`dontlog-normal`), with its termination state
+    ...(s.logErrors
+      ? ['  log global', '  option httplog', '  option dontlog-normal', '  option log-separate-errors']
+      : []),
+    // Short connects, several tries: a guest on the bridge answers a SYN in well under a millisecond,
+    // but an lwIP guest (Unikraft) that closed a connection keeps it in TIME_WAIT for 120 s and ignores a
+    // new SYN from the same source port (the host's kernel reuses ports long before; docs/gateway.md,
+    // "Connecting to instances"): a try with another port is what gets through.
     `  timeout connect ${sec(l.connectTimeoutMs)}`,
+    `  retries ${l.connectRetries}`,
     `  timeout queue ${sec(l.queueTimeoutMs)}`,
     `  timeout client ${sec(l.idleTimeoutMs)}`,
     `  timeout server ${sec(l.upstreamHeadersTimeoutMs)}`,
@@ -282,10 +293,10 @@ function backend(s: PlaneState, port: number, tls: boolean, slot: Slot): string[
   if (http) {
     out.push(
       '  http-reuse safe',
-      // a connection refused or failed goes to another instance, whatever the method: nothing was sent.
-      // No L7 retries (`retry-on empty-response`): they copy every request into a buffer to replay it
-      // (a seventh of the request rate); a request that reached an instance and got no answer is a 502.
-      '  retries 2',
+      // a connection refused or failed goes to another instance, whatever the method: nothing was sent
+      // (`retries` in defaults). No L7 retries (`retry-on empty-response`): they copy every request into a
+      // buffer to replay it (a seventh of the request rate); a request that reached an instance and got no
+      // answer is a 502.
       '  option redispatch 1',
       // the gateway is the edge: what the client sent is replaced. On a plain port a request without Host
       // was not routed here; on a TLS port (routed by SNI) an HTTP/1.0 one may come without it

@@ -24,6 +24,8 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
   threads?: number;
   /** CPU weight of HAProxy's cgroup, cgroup v2's scale (0 = none: it stays where the daemon runs) */
   cpuWeight?: number;
+  /** log abnormal requests and connections (HAProxy's log lines) at warn */
+  logErrors?: boolean;
   /** least time between two reloads (default 250 ms) */
   minReloadGapMs?: number;
   /** picks the port for a public port mapped to 0 (default: one the OS reports free) */
@@ -109,7 +111,7 @@ export class HaproxyDataPlane implements DataPlane {
     this.worker = workerIdentity(o.workerUser);
     this.limits = { ...DEFAULT_LIMITS, ...o.limits };
     this.certs = new PlaneCerts(o.tls);
-    this.proc = new HaproxyProcess(this.f, o.log, o.cpuWeight);
+    this.proc = new HaproxyProcess(this.f, o.log, o.cpuWeight, o.logErrors === true);
     // a short pause so that a HAProxy that cannot start does not spin
     this.proc.onExit = () => setTimeout(() => this.resync('haproxy exited'), 500).unref();
     this.stats = new StatCounters({ onActivity: o.onActivity, onIdle: o.onIdle });
@@ -222,6 +224,7 @@ export class HaproxyDataPlane implements DataPlane {
       listenHost: this.o.listenHost,
       threads: this.o.threads,
       limits: this.limits,
+      logErrors: this.o.logErrors === true,
       worker: this.worker,
       activatorPorts,
       acme: { port: this.acmeTls.port, names: this.acmeNames },

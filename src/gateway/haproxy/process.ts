@@ -85,6 +85,7 @@ export class HaproxyProcess {
     private readonly f: PlaneFiles,
     private readonly log: Logger,
     private readonly cpuWeight = 0,
+    private readonly logErrors = false,
   ) {
     this.admin = new RuntimeApi(f.admin);
     this.master = new RuntimeApi(f.master);
@@ -148,6 +149,8 @@ export class HaproxyProcess {
       // startup notices and server state changes are routine; alerts are not
       if (text.includes('[ALERT]') && !/no server available|exited with code/.test(text))
         this.log.warn({ haproxy: text }, 'gateway: haproxy says');
+      else if (this.logErrors && !text.includes('[NOTICE]') && !text.includes('[WARNING]'))
+        this.log.warn({ haproxy: text }, 'gateway: abnormal request or connection');
       else this.log.debug({ haproxy: text }, 'gateway: haproxy says');
     });
     child.once('exit', (code, signal) => {
