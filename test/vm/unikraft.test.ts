@@ -52,6 +52,21 @@ if (!insideTestNetns()) {
       return Buffer.from(r.body.data.instances[0].output ?? '', 'base64').toString('utf8');
     };
 
+    /** A c-http instance published on 443 (TLS+HTTP to 8080), created running: its API entry. */
+    const published = async (name: string, image: string) => {
+      const r = await h.call('POST', '/v1/instances', t, {
+        name,
+        image,
+        memory_mb: 16,
+        service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
+        autostart: true,
+        wait_timeout_ms: 60_000,
+      });
+      const e = r.body.data.instances[0];
+      assert.equal(e.state, 'running', r.text);
+      return e;
+    };
+
     before(async () => {
       h = await startHarness(
         {
@@ -129,16 +144,7 @@ if (!insideTestNetns()) {
     });
 
     test('c-http, pushed by its user: accepts on its private IP the moment create-with-wait answers running; TLS through the gateway; stop ends at once', async () => {
-      const r = await h.call('POST', '/v1/instances', t, {
-        name: 'web',
-        image: 'uk/c-http:1',
-        memory_mb: 16,
-        service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
-        autostart: true,
-        wait_timeout_ms: 60_000,
-      });
-      const e = r.body.data.instances[0];
-      assert.equal(e.state, 'running', r.text);
+      const e = await published('web', 'uk/c-http:1');
       assert.ok(e.boot_time_us > 0);
       // one connect, at once, no retry
       await new Promise<void>((resolve, reject) => {
@@ -185,16 +191,7 @@ if (!insideTestNetns()) {
     });
 
     test('thousands of requests through the gateway to one lwIP guest, four at a time: every one answered', async () => {
-      const r = await h.call('POST', '/v1/instances', t, {
-        name: 'many',
-        image: 'c-http:latest',
-        memory_mb: 16,
-        service_group: { services: [{ port: 443, destination_port: 8080, handlers: ['tls', 'http'] }] },
-        autostart: true,
-        wait_timeout_ms: 60_000,
-      });
-      const e = r.body.data.instances[0];
-      assert.equal(e.state, 'running', r.text);
+      const e = await published('many', 'c-http:latest');
       // c-http closes each connection first, so lwIP keeps every one in TIME_WAIT for 120 s and ignores a
       // SYN from a source port it still holds; the host's kernel comes back to a port after ~3,000
       // connections. The gateway's short connect tries from new ports get past it (docs/gateway.md).
