@@ -59,11 +59,14 @@ test('requests, open connections and bytes per service group', async () => {
   // no instance in the group: the gateway answers 503 itself; client bytes count, a routed request does not
   assert.match(await get(fqdn), /^HTTP\/1\.1 503/);
   assert.match(await get(fqdn), /^HTTP\/1\.1 503/);
-  // the bytes come with the gateway's next stats poll
+  // the bytes, and the end of the second connection, come with the gateway's next stats polls
   const deadline = Date.now() + 5000;
   let r = await h.call('GET', '/metrics', op);
   let fs = await getMetricsFromStream(Readable.from([r.text]));
-  while (!(sample(fs.unihost_gateway_bytes_total, { group: g.uuid, direction: 'out' })! > 0) && Date.now() < deadline) {
+  const settled = () =>
+    sample(fs.unihost_gateway_bytes_total, { group: g.uuid, direction: 'out' })! > 0 &&
+    sample(fs.unihost_gateway_open_connections, { group: g.uuid }) === 0;
+  while (!settled() && Date.now() < deadline) {
     await new Promise((res) => setTimeout(res, 100));
     r = await h.call('GET', '/metrics', op);
     fs = await getMetricsFromStream(Readable.from([r.text]));
