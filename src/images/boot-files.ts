@@ -220,6 +220,10 @@ export async function decideMachine(
   digest: string,
   chooser: MachineChooser,
 ): Promise<(StoredChoice & { fresh: boolean }) | undefined> {
+  // an image that names its machine needs no choice: known from its manifest, without unpacking its
+  // kernel (the daemon passes over every image at start; Linux images name theirs)
+  const { boot } = await readImage(new ImageLayout(paths.images), digest);
+  if (boot.machine || boot.firmware) return undefined;
   const files = await imageBootFiles(paths, digest);
   if (!files.choosable) return undefined;
   const known = await readChoice(paths, digest, chooser.vmm);
