@@ -203,13 +203,24 @@ if (!insideTestNetns()) {
       await gwc.settled();
       const url = `https://127.0.0.1:${gwc.dataPlane!.boundPort(443)}/`;
       const statuses = new Map<number, number>();
+      let askedAgain = 0;
       try {
         await Promise.all(
           [0, 1, 2, 3].map(async () => {
             for (let i = 0; i < 1000; i++) {
-              const g = await request(url, { headers: { host: fqdn }, dispatcher: agent });
-              await g.body.dump();
-              statuses.set(g.statusCode, (statuses.get(g.statusCode) ?? 0) + 1);
+              const get = async () => {
+                const g = await request(url, { headers: { host: fqdn }, dispatcher: agent });
+                await g.body.dump();
+                return g.statusCode;
+              };
+              // a kept-alive connection the gateway closes as the request is sent is asked again on a new one,
+              // as HTTP clients do for a GET (docs/operations.md, "Soak"); it is counted, and must stay rare
+              const status = await get().catch((e: { code?: string }) => {
+                if (e.code !== 'UND_ERR_SOCKET') throw e;
+                askedAgain++;
+                return get();
+              });
+              statuses.set(status, (statuses.get(status) ?? 0) + 1);
             }
           }),
         );
@@ -218,6 +229,7 @@ if (!insideTestNetns()) {
         await h.call('DELETE', '/v1/instances', t, { name: 'many' });
       }
       assert.deepEqual([...statuses], [[200, 4000]]);
+      assert.ok(askedAgain <= 10, `${askedAgain} requests met their kept-alive connection closed`);
     });
 
     test('a pushed kernel without a machine: chosen by trial boots after the push, as an import chooses', async () => {
