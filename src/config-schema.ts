@@ -99,7 +99,12 @@ export const ConfigFileSchema = Obj({
   }),
   store: Obj({ url: Type.String(), resyncMs: Int(100) }),
   roles: Type.Array(OneOf('api', 'agent', 'gateway'), { minItems: 1, uniqueItems: true }),
-  host: Obj({ name: Type.String({ minLength: 1, maxLength: 63 }) }),
+  host: Obj({
+    name: Type.String({ minLength: 1, maxLength: 63, pattern: '^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$' }),
+    address: Type.String({ maxLength: 45 }),
+    leaseMs: Type.Integer({ minimum: 1000, maximum: 600_000 }),
+    watchdog: OneOf('auto', 'on', 'off'),
+  }),
 });
 
 /**

@@ -50,8 +50,20 @@ export interface Config {
   store: StoreConfig;
   /** what this process does: `api` (the HTTP API), `agent` (runs this host's VMs, taps, volumes, DNS), `gateway` (HAProxy) */
   roles: Role[];
-  /** this host, as the agent registers it */
-  host: { name: string };
+  /** this host, as the agent registers it (docs/hosts.md) */
+  host: {
+    name: string;
+    /** its address on the hosts' network (others reach its instances there); '' = none (one host) */
+    address: string;
+    /** how long a lease lasts unless renewed (renewed every third of it); past it the host is dead */
+    leaseMs: number;
+    /**
+     * the watchdog that kills this host's VMs when its agent's lease runs out
+     * (a paused or cut-off agent must not leave copies running): `auto` = on
+     * when the store is PostgreSQL (other hosts may take the instances over)
+     */
+    watchdog: 'auto' | 'on' | 'off';
+  };
 }
 
 export type Role = 'api' | 'agent' | 'gateway';
@@ -276,7 +288,7 @@ export const DEFAULTS: Config = {
   },
   store: { url: '', resyncMs: 30_000 },
   roles: ['api', 'agent', 'gateway'],
-  host: { name: hostname() },
+  host: { name: hostname(), address: '', leaseMs: 10_000, watchdog: 'auto' },
   machines: {
     driver: 'qemu',
     accel: 'auto',
@@ -312,6 +324,7 @@ function fromEnv(env: NodeJS.ProcessEnv): DeepPartial<Config> {
   if (env.UNIHOST_STORE !== undefined) c.store = { url: env.UNIHOST_STORE };
   if (env.UNIHOST_ROLE !== undefined) c.roles = parseRoles(env.UNIHOST_ROLE, 'UNIHOST_ROLE');
   if (env.UNIHOST_HOST_NAME) c.host = { name: env.UNIHOST_HOST_NAME };
+  if (env.UNIHOST_HOST_ADDRESS) c.host = { ...c.host, address: env.UNIHOST_HOST_ADDRESS };
   if (env.UNIHOST_TLS_CERT || env.UNIHOST_TLS_KEY) c.tls = { cert: env.UNIHOST_TLS_CERT, key: env.UNIHOST_TLS_KEY };
   if (env.UNIHOST_METRO) c.metro = env.UNIHOST_METRO;
   if (env.UNIHOST_METRO_DOMAIN) c.metroDomain = env.UNIHOST_METRO_DOMAIN;

@@ -40,6 +40,7 @@ export async function defaultControllers(s: Services, log: Logger, drivers?: Dri
         driver: d.machines,
         log,
         probePort: d.network ? (ip, port, signal) => d.network!.waitForPort(ip, port, signal) : undefined,
+        lease: s.lease,
         bootTimeoutMs: s.config.machines.bootTimeoutMs,
         stopTimeoutMs: s.config.machines.stopTimeoutMs,
       })

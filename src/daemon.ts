@@ -12,7 +12,10 @@ import { restrictFileModes } from './file-modes.js';
 import type { Clock } from './clock.js';
 import { pathsFor } from './paths.js';
 import { createServices, type Services } from './services/index.js';
-import { registerHost } from './services/hosts.js';
+import { hostClaim, registerHost } from './services/hosts.js';
+import { HostKeeper } from './reconcile/hosts.js';
+import { HostLease } from './reconcile/host-lease.js';
+import { startWatchdog } from './machines/watchdog.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/types.js';
 import type { Controller } from './reconcile/deps.js';
@@ -97,8 +100,30 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   };
   try {
     const services = createServices(config, store, opts.clock);
-    if (config.roles.includes('agent'))
-      services.hostId = (await registerHost(store, config.host.name, services.clock)).id;
+    // the agent takes its host's lease before anything acts on the host (docs/hosts.md)
+    const ref: { machines?: MachineController } = {};
+    if (config.roles.includes('agent')) {
+      const claim = hostClaim(config);
+      const host = await registerHost(store, claim, services.clock);
+      services.hostId = host.id;
+      const watchdog = startWatchdog(config, store.kind, logger);
+      await watchdog?.start();
+      const lease = new HostLease(services, host.id, host, {
+        register: () => registerHost(store, claim, services.clock),
+        lost: () => void ref.machines?.fence(),
+        regained: () => ref.machines?.regained(),
+        renewed: watchdog && ((until) => watchdog.renewed(until)),
+        log: logger,
+      });
+      services.lease = lease;
+      await lease.start();
+      started.push(lease);
+    }
+    if (config.roles.includes('agent') || config.roles.includes('api')) {
+      const keeper = new HostKeeper(services, logger);
+      await keeper.start();
+      started.push(keeper);
+    }
     const controllers = (await opts.controllers?.(services, logger)) ?? [];
     for (const c of controllers) {
       await c.start();
@@ -106,6 +131,7 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
     }
     // `unihost admin backup` asks the daemon that runs this host's VMs to pause them while it copies their volumes
     const machines = controllers.find((c): c is MachineController => c instanceof MachineController);
+    ref.machines = machines;
     if (machines) {
       const c = new ControlSocket(controlSocketPath(config.dataDir), machines, logger);
       // not fatal: without it a backup refuses volumes of running VMs, and says so

@@ -13,6 +13,7 @@ interface ServeOpts {
   acmeDirectory?: string;
   store?: string;
   role?: string;
+  hostAddress?: string;
   hostName?: string;
   logFile?: string;
 }
@@ -52,13 +53,24 @@ export function registerServe(program: Command): void {
       '--host-name <name>',
       "this host's name as its agent registers it (env UNIHOST_HOST_NAME; default the hostname)",
     )
+    .option(
+      '--host-address <ip>',
+      "this host's address on the hosts' network, where other hosts reach it (env UNIHOST_HOST_ADDRESS; docs/hosts.md)",
+    )
     .action(async (o: ServeOpts) => {
-      const { tlsCert, tlsKey, acmeDirectory, store, role, hostName, logFile, ...rest } = o;
+      const { tlsCert, tlsKey, acmeDirectory, store, role, hostName, hostAddress, logFile, ...rest } = o;
       const config = loadConfig({
         ...rest,
         ...(store !== undefined ? { store: { url: store } } : {}),
         ...(role !== undefined ? { roles: parseRoles(role, '--role') } : {}),
-        ...(hostName !== undefined ? { host: { name: hostName } } : {}),
+        ...(hostName !== undefined || hostAddress !== undefined
+          ? {
+              host: {
+                ...(hostName !== undefined ? { name: hostName } : {}),
+                ...(hostAddress !== undefined ? { address: hostAddress } : {}),
+              },
+            }
+          : {}),
         ...(logFile !== undefined ? { log: { file: resolve(logFile) } } : {}),
         tls: { cert: tlsCert, key: tlsKey },
         ...(acmeDirectory ? { acme: { directory: acmeDirectory } } : {}),

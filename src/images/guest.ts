@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { KernelImageSpec } from './build.js';
 
 /** The metadata file `guest/build-images.sh` writes per test image (docs/guest-contract.md §5). */
-interface GuestImageMeta {
+export interface GuestImageMeta {
   schema: string;
   ref: string;
   kernel: string;

@@ -128,6 +128,8 @@ export interface MachineDriver {
   delete(id: string, dir: string): Promise<void>;
   /** Whether a VM of `id` is known to this driver and running. */
   inspect(id: string): { running: boolean; pid: number | null };
+  /** The instance ids of the VMs this driver tracks that run. */
+  list(): string[];
   /** CPU time and memory of the VM's process, for accounting and autoscale. */
   stats(id: string): { cpuMs: number; rssBytes: number } | undefined;
   /**

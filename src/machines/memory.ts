@@ -110,6 +110,10 @@ export class MemoryMachines implements MachineDriver {
     return { running: !!vm, pid: vm?.pid ?? null };
   }
 
+  list(): string[] {
+    return [...this.vms.keys()];
+  }
+
   stats(id: string): { cpuMs: number; rssBytes: number } | undefined {
     return this.vms.has(id) ? MEMORY_VM_STATS : undefined;
   }

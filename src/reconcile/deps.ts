@@ -26,6 +26,8 @@ export interface ControllerDeps {
   paths: Paths;
   /** the host this process's agent registered (src/services/hosts.ts): the controllers act on what is placed there */
   hostId: string;
+  /** its lease: the agent's controllers act only while it is held (fencing, docs/hosts.md) */
+  lease: { held(): boolean };
   /** the instance rules a controller applies itself: restart by policy, wake, delete a stopped clone */
   instances: {
     startInTx(
@@ -37,6 +39,8 @@ export interface ControllerDeps {
     ): Promise<InstanceRec>;
     deleteInTx(tx: Tx, user: UserRec, inst: InstanceRec): Promise<void>;
   };
+  /** placement (src/services/capacity.ts): failover and drain move instances without a VM to other hosts */
+  placement: { moveInTx(tx: Tx, inst: InstanceRec): Promise<string> };
   /** the autoscale rules the autoscale controller applies when it scales */
   autoscale: {
     cloneInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, master: InstanceRec): Promise<InstanceRec>;

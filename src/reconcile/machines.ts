@@ -41,6 +41,8 @@ export interface MachineControllerOptions {
   /** resolves when `ip:port` accepts a TCP connection (readiness of listening apps); rejects on abort */
   probePort?: (ip: string, port: number, signal: AbortSignal) => Promise<void>;
   timers?: TimerApi;
+  /** this host's lease (src/reconcile/host-lease.ts): nothing is done while it is not held; default always */
+  lease?: { held(): boolean };
 }
 
 /**
@@ -251,14 +253,39 @@ export class MachineController implements Controller {
     new ConsoleLog(this.s.paths.instance(id)).append(Buffer.from(`\n[unihost] ${msg}\n`));
   }
 
+  /** This agent may act: its host's lease is held (fencing, docs/hosts.md). */
+  private held(): boolean {
+    return this.o.lease?.held() ?? true;
+  }
+
+  /**
+   * The lease was lost: this host was declared dead and its instances were
+   * moved or stopped. Its VMs end now (none may run beside its new copy);
+   * what stays this host's is reconciled when the lease is held again.
+   */
+  async fence(): Promise<void> {
+    for (const id of this.driver.list()) {
+      this.o.log.warn({ id }, 'host lease lost: killing the VM');
+      await this.driver.kill(id).catch(() => undefined);
+    }
+  }
+
+  /** The lease is held again: every instance of the store is looked at once more. */
+  regained(): void {
+    void this.kickAll();
+  }
+
   private async reconcile(id: string): Promise<void> {
     if (this.closed) return;
+    // fenced: the host's lease is not held, another host may be taking its instances over
+    if (!this.held()) return;
     const found = await this.s.store.read((tx) => tx.instances.getAny(id));
     // placed on another host (or never on this one): its VM, if this host has one, is not its own
     const inst = found && this.mine(found) ? found : undefined;
     const vm = this.driver.inspect(id);
     if (!inst) {
       this.timers.clear(id);
+      this.unrecordedExits.delete(id);
       if (vm.running || existsSync(this.s.paths.instance(id))) await this.driver.delete(id, this.s.paths.instance(id));
       this.vmVolumes.untrack(id);
       await this.vmVolumes.release(this.s.store);
@@ -285,6 +312,10 @@ export class MachineController implements Controller {
       return;
     }
     switch (inst.state) {
+      case 'stopped':
+        // its host lost its lease meanwhile and the instance was settled as stopped: the VM goes
+        this.note(id, 'the VM ran on after its instance was stopped (its host had lost its lease); ending it');
+        return this.driver.kill(id);
       case 'starting':
         if (rt.spawnedAt && now - rt.spawnedAt >= this.bootTimeoutMs) {
           const secs = Math.round(this.bootTimeoutMs / 1000);
@@ -440,8 +471,19 @@ export class MachineController implements Controller {
   }
 
   private async onVmEvent(id: string, ev: MachineEvent | { type: 'listening'; at: number }): Promise<void> {
-    const inst = await this.s.store.read((tx) => tx.instances.getAny(id));
-    if (!inst) return;
+    if (!this.held()) {
+      // fenced: an end is recorded once the lease is held again (if the instance is still this host's)
+      if (ev.type === 'exit') this.unrecordedExits.set(id, ev);
+      return;
+    }
+    const found = await this.s.store.read((tx) => tx.instances.getAny(id));
+    // an instance placed elsewhere meanwhile: its VM here is not its own (reconcile ends it)
+    const inst = found && this.mine(found) ? found : undefined;
+    if (!inst) {
+      this.unrecordedExits.delete(id);
+      if (found) this.kick(id);
+      return;
+    }
     const rt = inst.runtime as Partial<RuntimeRec>;
     if (ev.type === 'exit') {
       this.probes?.end(id);

@@ -69,7 +69,7 @@ export class NetworkController implements Controller, NetworkHooks {
     // VMs an earlier daemon started stay (QEMU holds them open), and a restart or wake needs no command.
     // a running clone of a template keeps its translation (its guest's address is in its runtime record)
     const expected = all
-      .filter((i) => i.private_ip && i.nic_id)
+      .filter((i) => i.private_ip && i.nic_id && i.host_id === this.s.hostId)
       .map((i) => this.spec(i, (i.runtime as { guest?: GuestAddress }).guest)); // RuntimeRec.guest
     const r = await this.host.sync(expected);
     if (r.removed.length > 0) this.log.info({ removed: r.removed }, 'removed stray taps');

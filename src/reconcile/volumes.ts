@@ -61,8 +61,11 @@ export class VolumeController implements Controller {
   }
 
   private async reconcile(id: string): Promise<void> {
-    const v = await this.s.store.read((tx) => tx.volumes.getAny(id));
-    if (!v) return this.images.remove(id);
+    const found = await this.s.store.read((tx) => tx.volumes.getAny(id));
+    if (!found) return this.images.remove(id);
+    // a volume's file is on one host: its agent's (docs/hosts.md)
+    if (found.host_id !== this.s.hostId) return;
+    const v = found;
     if (v.state === 'initializing' || v.state === 'uninitialized') return this.make(v);
     if (v.state === 'busy') return this.busy(v);
     if (v.state !== 'error' && !this.images.exists(id)) {

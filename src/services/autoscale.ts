@@ -12,7 +12,7 @@ import type { InstanceLifecycle, ServiceBase } from './deps.js';
 import type { GroupService } from './groups.js';
 import { findGroup, findInstance } from './lookup.js';
 import { assertQuota, effectiveQuotas } from './users.js';
-import { ADMISSION, assertHostCapacity, placeInTx } from './capacity.js';
+import { ADMISSION, placeInTx } from './capacity.js';
 
 /**
  * What the master is made from when a configuration names none: a model
@@ -309,7 +309,6 @@ export class AutoscaleService {
       live_instances: 1,
       live_memory_mb: master.memory_mb,
     });
-    await assertHostCapacity(tx, this.deps.config.capacity, 1, master.memory_mb);
     const fresh = () => `${master.name.slice(0, NAME_MAX - 6)}-${randomSuffix(5)}`;
     let name = o.name ?? fresh();
     if (o.name !== undefined && (await tx.instances.getByName(user.id, name)))
@@ -332,9 +331,21 @@ export class AutoscaleService {
       mac: macFor(nic),
       nic_id: nic,
       autoscale_group_id: o.autoscaled ? g.id : null,
-      host_id: await placeInTx(tx),
+      host_id: null,
       runtime: {},
     };
+    // spread over hosts with the group's other members; a copy that restores a snapshot goes where its file is
+    const [hostId] = await placeInTx(tx, this.deps.config.capacity, {
+      count: 1,
+      memoryMb: master.memory_mb,
+      live: true,
+      groupId: g.id,
+      pinned:
+        clone.snapshot && master.host_id
+          ? { hostId: master.host_id, why: `the memory of '${master.name}' is a file on one host` }
+          : null,
+    });
+    clone.host_id = hostId!;
     await tx.instances.insert(clone);
     await this.deps.groups.onInstanceAttachedInTx(tx, user, g.id);
     return clone;

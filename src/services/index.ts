@@ -3,13 +3,15 @@ import { systemClock } from '../clock.js';
 import type { Config } from '../config.js';
 import { parseSubnet } from '../network/address.js';
 import { pathsFor } from '../paths.js';
-import type { Store } from '../store/types.js';
+import type { InstanceRec, Store, Tx } from '../store/types.js';
 import { StoreFigures } from '../figures.js';
 import { LocalConsoles } from '../machines/console-log.js';
 import { AutoscaleService } from './autoscale.js';
 import { CertificateService } from './certificates.js';
 import type { ServiceBase } from './deps.js';
 import { GroupService } from './groups.js';
+import { HostService } from './hosts.js';
+import { moveInTx } from './capacity.js';
 import { NodeService } from './nodes.js';
 import { ImageService } from './images.js';
 import { InstanceService } from './instances.js';
@@ -32,6 +34,8 @@ export interface Services extends ServiceBase {
   images: ImageService;
   nodes: NodeService;
   registry: RegistryService;
+  hosts: HostService;
+  placement: { moveInTx(tx: Tx, inst: InstanceRec): Promise<string> };
 }
 
 export function createServices(config: Config, store: Store, clock: Clock = systemClock): Services {
@@ -43,6 +47,7 @@ export function createServices(config: Config, store: Store, clock: Clock = syst
     paths,
     subnet: parseSubnet(config.subnet),
     hostId: '',
+    lease: { held: () => true },
     // a process that measures nothing reads what the measuring ones publish (src/controllers.ts replaces it)
     figures: new StoreFigures(store, () => clock.now()),
     consoles: new LocalConsoles((id) => paths.instance(id)),
@@ -57,5 +62,7 @@ export function createServices(config: Config, store: Store, clock: Clock = syst
   s.images = new ImageService(s);
   s.nodes = new NodeService(s);
   s.registry = new RegistryService(s);
+  s.hosts = new HostService(s);
+  s.placement = { moveInTx: (tx, inst) => moveInTx(tx, config.capacity, inst) };
   return s;
 }

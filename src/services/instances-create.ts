@@ -12,7 +12,7 @@ import type { ServiceBase } from './deps.js';
 import type { GroupDescription, GroupService } from './groups.js';
 import type { ImageService } from './images.js';
 import type { VolumeService } from './volumes.js';
-import { ADMISSION, assertHostCapacity, placeInTx } from './capacity.js';
+import { ADMISSION, placeInTx } from './capacity.js';
 import { assertQuota, effectiveQuotas } from './users.js';
 import { checkMountPath } from '../domain/mount-path.js';
 import { refTarget, type Ref } from '../domain/refs.js';
@@ -276,7 +276,6 @@ export async function createInTx(
   const count = 1 + (p.replicas ?? 0);
   const live = p.autostart ? count : 0;
   await assertQuota(tx, deps.config, user, { instances: count, live_instances: live, live_memory_mb: live * memory });
-  await assertHostCapacity(tx, deps.config.capacity, live, live * memory);
 
   let group: ServiceGroupRec | null = null;
   const sg = p.service_group;
@@ -298,13 +297,27 @@ export async function createInTx(
   if (vs) {
     const rec =
       vs.size_mb !== undefined
-        ? await deps.volumes.createInTx(tx, user, { size_mb: vs.size_mb }, false)
+        ? await deps.volumes.createInTx(tx, user, { size_mb: vs.size_mb }, false, null)
         : await deps.volumes.resolveInTx(tx, user, vs);
     volume = { rec, at: vs.at, readonly: vs.readonly ?? false };
   }
 
   const now = new Date(deps.clock.now()).toISOString();
-  const hostId = await placeInTx(tx);
+  // a volume's file, a template's memory are on one host: the instances go there (docs/hosts.md)
+  const volHost = volume?.rec.host_id;
+  const pinned = volHost
+    ? { hostId: volHost, why: `volume '${volume!.rec.name}' is on one host (volumes are files there)` }
+    : tpl?.host_id && tpl.snapshot
+      ? { hostId: tpl.host_id, why: `the memory of '${tpl.name}' is a file on one host` }
+      : null;
+  const hostIds = await placeInTx(tx, deps.config.capacity, {
+    count,
+    memoryMb: memory,
+    live: live > 0,
+    groupId: group?.id,
+    pinned,
+  });
+  if (volume && !volHost) await tx.volumes.update(volume.rec.id, { host_id: hostIds[0]! });
   const instances: InstanceRec[] = [];
   for (let k = 0; k < count; k++) {
     let name = p.name ?? instanceDefaultName(image.app);
@@ -335,7 +348,7 @@ export async function createInTx(
       mac: macFor(nic),
       nic_id: nic,
       autoscale_group_id: null,
-      host_id: hostId,
+      host_id: hostIds[k]!,
       runtime: {},
       // its first start restores the template's (checkpoint's) memory (the file stays theirs; counted there)
       ...(tpl?.snapshot

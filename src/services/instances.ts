@@ -15,7 +15,7 @@ import type { InstanceRec, InstanceState, Store, Tx, UserRec } from '../store/ty
 import { stopReasonWithoutVm } from '../machines/stop-info.js';
 import { createInTx, type CreateParams, type InstanceDeps } from './instances-create.js';
 import type { NewInstanceParams } from './deps.js';
-import { ADMISSION, assertHostCapacity } from './capacity.js';
+import { ADMISSION, admitStartInTx } from './capacity.js';
 import { assertQuota } from './users.js';
 import { WaitHub, type WaitLease } from './wait.js';
 import { findInstance } from './lookup.js';
@@ -169,7 +169,7 @@ export class InstanceService {
     const to = nextState(inst.state, trigger);
     if (to && !isLive(inst.state)) {
       await assertQuota(tx, this.deps.config, user, { live_instances: 1, live_memory_mb: inst.memory_mb });
-      await assertHostCapacity(tx, this.deps.config.capacity, 1, inst.memory_mb);
+      await admitStartInTx(tx, this.deps.config.capacity, inst);
     }
     const after = await fire(tx, inst, trigger, { stop_request: null }, { resetRestarts: manual });
     const reset = manual ? { restart_attempt: 0, restart_next_at: null } : {};

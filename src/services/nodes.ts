@@ -2,6 +2,7 @@ import { MAX_AGE_MS, type HostFigures, type PublishedFigures } from '../figures.
 import { err } from '../errors.js';
 import type { HostRec, UserRec } from '../store/types.js';
 import type { ServiceBase } from './deps.js';
+import { leaseHeld } from '../domain/hosts.js';
 
 /**
  * The hosts of the platform in the control plane's `Node` model (GET
@@ -69,6 +70,12 @@ export class NodeService {
       out.state_message = r
         ? `its agent has not reported since ${new Date(r.at).toISOString()}`
         : 'its agent has not reported yet';
+    // what an operator made of it, and its lease (docs/hosts.md)
+    if (h.state === 'dead' || !leaseHeld(h)) {
+      out.state = 'error';
+      out.state_message = "its agent's lease ran out: the host is dead";
+    } else if (h.state !== 'live') out.state_message = `the host is ${h.state}`;
+    if (h.address) out.address = h.address;
     return out;
   }
 }

@@ -7,6 +7,7 @@ import type { Tx, UserRec, VolumeRec } from '../store/types.js';
 import type { ServiceBase } from './deps.js';
 import { findVolume } from './lookup.js';
 import { assertQuota, effectiveQuotas } from './users.js';
+import { placeInTx } from './capacity.js';
 
 /**
  * The newer API's volume features (docs/api.md, "Volumes"): updates (size,
@@ -110,9 +111,16 @@ export async function insertVolume(
     tags?: string[];
     used_mb?: number | null;
     source_id?: string | null;
+    /** the host of its file; undefined: placed here (null: the caller places it with its instance) */
+    host_id?: string | null;
   },
 ): Promise<VolumeRec> {
   await assertQuota(tx, deps.config, user, { volumes: 1, total_volume_mb: o.size_mb });
+  // a file on one host: a copy where its source is, a new one where placement says (docs/hosts.md)
+  const hostId =
+    o.host_id !== undefined
+      ? o.host_id
+      : (await placeInTx(tx, deps.config.capacity, { count: 1, memoryMb: 0, live: false }))[0]!;
   const name = o.name ?? volumeDefaultName();
   if (await tx.volumes.getByName(user.id, name)) throw err('UH_EXISTS', `a volume named '${name}' already exists`);
   const v: VolumeRec = {
@@ -131,6 +139,7 @@ export async function insertVolume(
     delete_lock: false,
     used_mb: o.used_mb ?? null,
     source_id: o.source_id ?? null,
+    host_id: hostId,
   };
   await tx.volumes.insert(v);
   return v;
@@ -165,6 +174,7 @@ export async function cloneInTx(
     tags: p.tags,
     used_mb: source.used_mb,
     source_id: source.id,
+    host_id: source.host_id,
   });
   if (source.state !== 'template') await tx.volumes.update(source.id, { state: 'busy' });
   return v;

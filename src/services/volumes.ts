@@ -43,6 +43,8 @@ export class VolumeService {
     user: UserRec,
     p: { name?: string; size_mb: number },
     persistent: boolean,
+    /** the host of its file (undefined: placed now; null: placed with the instance it is made for) */
+    hostId?: string | null,
   ): Promise<VolumeRec> {
     const { limits } = effectiveQuotas(this.deps.config, user);
     if (p.size_mb < limits.min_volume_mb || p.size_mb > limits.max_volume_mb) {
@@ -51,7 +53,7 @@ export class VolumeService {
         `size_mb ${p.size_mb} is outside the account limits [${limits.min_volume_mb}, ${limits.max_volume_mb}]`,
       );
     }
-    return insertVolume(this.deps, tx, user, { name: p.name, size_mb: p.size_mb, persistent });
+    return insertVolume(this.deps, tx, user, { name: p.name, size_mb: p.size_mb, persistent, host_id: hostId });
   }
 
   async resolveInTx(tx: Tx, user: UserRec, t: { uuid?: string; name?: string }): Promise<VolumeRec> {
@@ -86,7 +88,10 @@ export class VolumeService {
     if ((await tx.volumes.forInstance(inst.id)).length > 0)
       throw err('UH_ATTACHED', `instance '${inst.name}' already has a volume`);
     const state: VolumeState = v.state === 'available' ? 'idle' : v.state;
-    await tx.volumes.update(v.id, { instance_id: inst.id, at, readonly, state });
+    // the volume's file is on one host: the (stopped) instance will start there (docs/hosts.md)
+    if (v.host_id && inst.host_id !== v.host_id && !creating)
+      await tx.instances.updateSpec(inst.id, { host_id: v.host_id });
+    await tx.volumes.update(v.id, { instance_id: inst.id, at, readonly, state, host_id: v.host_id ?? inst.host_id });
   }
 
   /** POST /v1/volumes: empty (`size_mb`), or a copy of a template (`template`, the newer API). */

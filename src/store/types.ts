@@ -152,7 +152,7 @@ export interface InstanceSpec {
   hostname: string | null;
 }
 
-/** Where the instance runs: the host whose agent owns its VM, tap and volumes (one host for now). */
+/** Where the instance runs: the host whose agent owns its VM, tap and volumes (docs/hosts.md). */
 export interface InstancePlacement {
   /** null only for instances of a data dir written before placement existed, until the agent claims them */
   host_id: string | null;
@@ -284,11 +284,37 @@ export const STATUS_FIELDS = [
   'snapshot',
 ] as const satisfies readonly (keyof InstanceStatus)[];
 
-/** A host: the machine whose agent runs VMs (one for now: the daemon's own). */
+/**
+ * What an operator made of a host: `live` takes new instances; `cordoned`
+ * keeps what runs there and takes nothing new; `draining` has its instances
+ * moved elsewhere, one group member at a time; `dead` lost its lease (its
+ * instances were moved or stopped). docs/hosts.md.
+ */
+export type HostState = 'live' | 'cordoned' | 'draining' | 'dead';
+export const HOST_STATES: readonly HostState[] = ['live', 'cordoned', 'draining', 'dead'];
+
+/** A host: the machine whose agent runs VMs, taps, volumes and DNS of the instances placed on it. */
 export interface HostRec {
   id: string;
   name: string;
   created_at: string;
+  /** the agent's address on the hosts' network (VXLAN, the gateway's routes); null: loopback only */
+  address: string | null;
+  state: HostState;
+  /**
+   * Counts the leases taken: each (re)registration takes a new one. Writes an
+   * agent makes are fenced by it (an agent whose epoch is not the stored one
+   * lost its lease and acts no more).
+   */
+  epoch: number;
+  /** which agent process holds the lease (a key kept in its data dir), so a second agent of one name is refused */
+  holder: string | null;
+  /** the lease runs out then unless renewed (ISO time); past it the host is dead */
+  lease_expires_at: string | null;
+  /** guest memory budget (MB) the agent published */
+  memory_mb: number;
+  /** guest vCPU budget the agent published; null: no CPU limit */
+  vcpus: number | null;
 }
 
 export interface ServiceEntry {
@@ -337,6 +363,8 @@ export interface VolumeRec {
   used_mb: number | null;
   /** a volume (or template) whose image this one copies when it is made (clone), or null */
   source_id: string | null;
+  /** the host whose data dir holds the file (null: placed when a host's agent first starts, as instances) */
+  host_id: string | null;
 }
 
 export interface CertificateRec {
@@ -508,8 +536,10 @@ export interface Tx {
     ipTaken(ip: string): Promise<boolean>;
     /** the instance holding a private IP (DNS: who is asking) */
     getByIp(ip: string): Promise<InstanceRec | undefined>;
-    /** live instances (not `stopped`) of every user and their memory: host admission control */
-    hostLive(): Promise<{ vms: number; memory_mb: number }>;
+    /** live instances (not `stopped`) of every user and their memory, per host: admission control and placement */
+    hostLive(): Promise<{ host_id: string | null; vms: number; memory_mb: number }[]>;
+    /** the instances placed on a host */
+    onHost(hostId: string): Promise<InstanceRec[]>;
     /** private IP of the most recently created instance that has one */
     lastIp(): Promise<string | undefined>;
   };
@@ -518,6 +548,14 @@ export interface Tx {
     getByName(name: string): Promise<HostRec | undefined>;
     insert(rec: HostRec): Promise<void>;
     list(): Promise<HostRec[]>;
+    update(id: string, patch: Partial<Omit<HostRec, 'id'>>): Promise<void>;
+    delete(id: string): Promise<void>;
+    /**
+     * Moves the lease of host `id` to `expiresAt` if `epoch` still holds it;
+     * false when it does not (the lease was lost). Not announced on the
+     * change feed: renewals are frequent and change nothing a follower reads.
+     */
+    renew(id: string, epoch: number, expiresAt: string): Promise<boolean>;
   };
   groups: UserTable<ServiceGroupRec> & {
     getAnyUser(id: string): Promise<ServiceGroupRec | undefined>;

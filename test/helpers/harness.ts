@@ -82,6 +82,8 @@ export async function startHarness(
     store: { ...DEFAULTS.store, url: await testStoreUrl(), ...over.store },
     // harness daemons leave the host's KSM setting alone unless a test asks (test/vm/adopt.test.ts runs the real `serve`, defaults included)
     machines: { ...DEFAULTS.machines, ksm: false, ...over.machines },
+    // no host watchdog process per test daemon (test/vm/hosts.test.ts turns it on)
+    host: { ...DEFAULTS.host, watchdog: 'off', ...over.host },
     network: { ...DEFAULTS.network, ...over.network },
     gateway: {
       ...DEFAULTS.gateway,

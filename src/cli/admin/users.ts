@@ -5,6 +5,7 @@ import type { createServices } from '../../services/index.js';
 import type { Hard, Limits } from '../../store/types.js';
 import { registerInstallService } from './service.js';
 import { registerBackup } from './backup.js';
+import { registerHosts } from './hosts.js';
 
 interface GlobalOpts {
   dataDir?: string;
@@ -75,7 +76,7 @@ function parseQuotaArgs(pairs: string[]): { hard: Partial<Hard>; limits: Partial
 export function registerAdmin(program: Command): void {
   const admin = program
     .command('admin')
-    .description('administer users, tokens, quotas and backups (works on the data dir directly)')
+    .description('administer users, tokens, quotas, hosts and backups (works on the data dir directly)')
     .option('--data-dir <dir>', 'data directory (env UNIHOST_DATA_DIR)')
     .option('--store <url>', 'the store: postgresql://USER@HOST/DB (env UNIHOST_STORE; default SQLite in the data dir)')
     .option('--config <file>', 'JSON config file (env UNIHOST_CONFIG)');
@@ -98,6 +99,7 @@ export function registerAdmin(program: Command): void {
   registerTokens(user, admin);
   registerInstallService(admin);
   registerBackup(admin);
+  registerHosts(admin, withServices);
   user
     .command('list')
     .description('list users')

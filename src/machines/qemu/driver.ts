@@ -430,6 +430,10 @@ export class QemuDriver implements MachineDriver {
     return { running: !!vm && !vm.exited, pid: vm?.pid ?? null };
   }
 
+  list(): string[] {
+    return [...this.vms].filter(([, vm]) => !vm.exited).map(([id]) => id);
+  }
+
   stats(id: string): { cpuMs: number; rssBytes: number } | undefined {
     const vm = this.vms.get(id);
     return vm && !vm.exited ? processStats(vm.pid) : undefined;

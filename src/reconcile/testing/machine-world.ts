@@ -12,7 +12,7 @@ import { ConsoleLog } from '../../machines/console-log.js';
 import type { MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../../machines/driver.js';
 import { parseControl } from '../../machines/stop-info.js';
 import { createServices, type Services } from '../../services/index.js';
-import { registerHost } from '../../services/hosts.js';
+import { hostClaim, registerHost } from '../../services/hosts.js';
 import { SqliteStore } from '../../store/sqlite/index.js';
 import {
   SPEC_FIELDS,
@@ -117,6 +117,9 @@ export class FakeDriver implements MachineDriver {
   inspect(id: string) {
     return { running: this.running.has(id), pid: null };
   }
+  list() {
+    return [...this.running];
+  }
   stats() {
     return undefined;
   }
@@ -175,10 +178,16 @@ export async function world(
   dir?: string,
 ): Promise<World> {
   dir ??= mkdtempSync(join(tmpdir(), 'unihost-mc-'));
-  const config: Config = { ...DEFAULTS, dataDir: dir, capacity: { ...DEFAULTS.capacity, ...opts.capacity } };
+  const config: Config = {
+    ...DEFAULTS,
+    dataDir: dir,
+    capacity: { ...DEFAULTS.capacity, ...opts.capacity },
+    // fake time runs for minutes and nothing renews the lease here: one that outlasts any test
+    host: { ...DEFAULTS.host, leaseMs: 1e12 },
+  };
   const time = new FakeTime();
   const s = createServices(config, new SqliteStore(join(dir, 'unihost.db')), { now: () => time.now });
-  s.hostId = (await registerHost(s.store, 'test-host', s.clock)).id;
+  s.hostId = (await registerHost(s.store, { ...hostClaim(config), name: 'test-host' }, s.clock)).id;
   let d!: FakeDriver;
   const errors: string[] = [];
   const volumes = new MemoryVolumes();

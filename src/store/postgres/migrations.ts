@@ -241,4 +241,14 @@ export const PG_MIGRATIONS: string[] = [
   /* 6: SQLite migration 9 (proven uploads) */ `
   ALTER TABLE certificates ADD COLUMN proven boolean NOT NULL DEFAULT false;
   `,
+  /* 7: SQLite migration 10 (many hosts) */ `
+  ALTER TABLE hosts ADD COLUMN address text;
+  ALTER TABLE hosts ADD COLUMN state text NOT NULL DEFAULT 'live';
+  ALTER TABLE hosts ADD COLUMN epoch integer NOT NULL DEFAULT 0;
+  ALTER TABLE hosts ADD COLUMN holder text;
+  ALTER TABLE hosts ADD COLUMN lease_expires_at text;
+  ALTER TABLE hosts ADD COLUMN memory_mb integer NOT NULL DEFAULT 0;
+  ALTER TABLE hosts ADD COLUMN vcpus integer;
+  ALTER TABLE volumes ADD COLUMN host_id text REFERENCES hosts(id);
+  `,
 ];

@@ -213,12 +213,12 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       ),
     getByIp: (ip) => one<InstanceRec>(`${SELECT_INSTANCE} WHERE private_ip=$1`, ip),
     hostLive: async () =>
-      (
-        await q(
-          `SELECT count(*)::int AS vms, coalesce(sum(memory_mb),0)::int AS memory_mb
-             FROM instances JOIN instance_status USING (id) WHERE state NOT IN ('stopped', 'template', 'checkpoint')`,
-        )
-      )[0] as { vms: number; memory_mb: number },
+      (await q(
+        `SELECT host_id, count(*)::int AS vms, coalesce(sum(memory_mb),0)::int AS memory_mb
+           FROM instances JOIN instance_status USING (id) WHERE state NOT IN ('stopped', 'template', 'checkpoint')
+           GROUP BY host_id`,
+      )) as { host_id: string | null; vms: number; memory_mb: number }[],
+    onHost: (hostId) => many<InstanceRec>(`${SELECT_INSTANCE} WHERE host_id=$1 ORDER BY seq`, hostId),
     ipTaken: async (ip) => (await q('SELECT 1 FROM instances WHERE private_ip=$1', [ip])).length > 0,
     lastIp: async () =>
       (await q('SELECT private_ip FROM instances WHERE private_ip IS NOT NULL ORDER BY seq DESC LIMIT 1'))[0]
@@ -283,6 +283,15 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       getByName: (name) => one<HostRec>('SELECT * FROM hosts WHERE name=$1', name),
       insert: (rec) => insert(S.hosts, rec),
       list: () => many<HostRec>('SELECT * FROM hosts ORDER BY seq'),
+      update: (id, patch) => update(S.hosts, id, patch),
+      delete: (id) => del(S.hosts, id),
+      renew: async (id, epoch, expiresAt) => {
+        cur();
+        return (
+          (await q('UPDATE hosts SET lease_expires_at=$1 WHERE id=$2 AND epoch=$3 RETURNING 1', [expiresAt, id, epoch]))
+            .length > 0
+        );
+      },
     },
     groups: {
       ...userTable(S.groups),

@@ -309,4 +309,14 @@ export const MIGRATIONS: string[] = [
   /* 9: uploaded certificates claim their names only with a chain to a trusted root (issue 26) */ `
   ALTER TABLE certificates ADD COLUMN proven INTEGER NOT NULL DEFAULT 0;
   `,
+  /* 10: many hosts (issue 22): a host's lease and epoch, its state and budgets; the host a volume's file is on */ `
+  ALTER TABLE hosts ADD COLUMN address TEXT;
+  ALTER TABLE hosts ADD COLUMN state TEXT NOT NULL DEFAULT 'live';
+  ALTER TABLE hosts ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE hosts ADD COLUMN holder TEXT;
+  ALTER TABLE hosts ADD COLUMN lease_expires_at TEXT;
+  ALTER TABLE hosts ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE hosts ADD COLUMN vcpus INTEGER;
+  ALTER TABLE volumes ADD COLUMN host_id TEXT REFERENCES hosts(id);
+  `,
 ];

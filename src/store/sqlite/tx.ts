@@ -253,9 +253,11 @@ export function makeTx(
     },
     hostLive: async () =>
       prep(
-        `SELECT count(*) AS vms, coalesce(sum(memory_mb),0) AS memory_mb FROM instances
-           JOIN instance_status USING (id) WHERE state NOT IN ('stopped', 'template', 'checkpoint')`,
-      ).get() as { vms: number; memory_mb: number },
+        `SELECT host_id, count(*) AS vms, coalesce(sum(memory_mb),0) AS memory_mb FROM instances
+           JOIN instance_status USING (id) WHERE state NOT IN ('stopped', 'template', 'checkpoint') GROUP BY host_id`,
+      ).all() as { host_id: string | null; vms: number; memory_mb: number }[],
+    onHost: async (hostId) =>
+      many<InstanceRec>(INSTANCE_SPEC, `${SELECT_INSTANCE} WHERE host_id=? ORDER BY instances.rowid`, hostId),
     ipTaken: async (ip) => prep('SELECT 1 FROM instances WHERE private_ip=?').get(ip) !== undefined,
     lastIp: async () =>
       (
@@ -320,6 +322,12 @@ export function makeTx(
       getByName: async (name) => one<HostRec>(S.hosts, 'SELECT * FROM hosts WHERE name=?', name),
       insert: (rec) => insert(S.hosts, rec),
       list: async () => many<HostRec>(S.hosts, 'SELECT * FROM hosts ORDER BY rowid'),
+      update: (id, patch) => update(S.hosts, id, patch),
+      delete: (id) => del(S.hosts, id),
+      renew: async (id, epoch, expiresAt) => {
+        cur();
+        return prep('UPDATE hosts SET lease_expires_at=? WHERE id=? AND epoch=?').run(expiresAt, id, epoch).changes > 0;
+      },
     },
     groups: {
       ...userTable(S.groups),

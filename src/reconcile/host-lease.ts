@@ -1,0 +1,125 @@
+import { performance } from 'node:perf_hooks';
+import type { Controller, ControllerDeps } from './deps.js';
+import type { HostRec } from '../store/types.js';
+
+/** The part of its lease an agent trusts: it stops acting at this fraction, before others may take over. */
+export const HELD_FRACTION = 0.8;
+/** Renewals per lease: three may fail before the agent stops acting. */
+const RENEWALS = 4;
+
+export interface LeaseHooks {
+  /** takes the lease: a new epoch (src/services/hosts.ts registerHost) */
+  register(): Promise<HostRec>;
+  /** the lease was lost to a new epoch (the host was declared dead): stop acting; VMs go */
+  lost(): void;
+  /** the lease is held again after it was lost or ran out: act again, check everything */
+  regained(): void;
+  /** after each renewal: until when (wall clock, ms) this host's VMs may run (the watchdog's deadline) */
+  renewed?(vmsUntil: number): void;
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void };
+}
+
+/**
+ * This host's lease (docs/hosts.md, "Leases and fencing"). The agent took it
+ * at start (a new epoch); it is renewed every quarter of its length by a
+ * write that names the epoch, so a renewal after another process declared
+ * the host dead (and so raised the epoch) fails. The agent acts (boots,
+ * stops, records) only while `held()`: for HELD_FRACTION of the lease from
+ * the start of the last good renewal, on the monotonic clock, so it stops
+ * before the others may act (at the lease's end plus a grace). A lost lease
+ * is taken again with a new epoch once the store answers.
+ */
+export class HostLease implements Controller {
+  private heldUntil = 0;
+  private epoch = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private wasHeld = true;
+  private busy: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly s: Pick<ControllerDeps, 'store' | 'clock' | 'config'>,
+    private readonly hostId: string,
+    first: HostRec,
+    private readonly hooks: LeaseHooks,
+  ) {
+    this.took(first.epoch, performance.now());
+  }
+
+  private get leaseMs(): number {
+    return this.s.config.host.leaseMs;
+  }
+
+  /** Whether this agent may act on its host's instances now. */
+  held(): boolean {
+    return !this.closed && performance.now() < this.heldUntil;
+  }
+
+  /** the epoch of the lease held (or last held) */
+  get currentEpoch(): number {
+    return this.epoch;
+  }
+
+  private took(epoch: number, t0: number): void {
+    this.epoch = epoch;
+    this.heldUntil = t0 + this.leaseMs * HELD_FRACTION;
+    this.hooks.renewed?.(Date.now() + this.leaseMs * ((1 + HELD_FRACTION) / 2) - (performance.now() - t0));
+  }
+
+  async start(): Promise<void> {
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.closed) return;
+    this.timer = setTimeout(() => {
+      this.busy = this.renew().finally(() => this.schedule());
+    }, this.leaseMs / RENEWALS);
+  }
+
+  /** One renewal; a lost lease is taken again (a new epoch), a store that does not answer is tried next time. */
+  async renew(): Promise<void> {
+    const t0 = performance.now();
+    const until = new Date(Date.now() + this.leaseMs).toISOString(); // the wall clock (src/domain/hosts.ts)
+    let ok: boolean;
+    try {
+      ok = await this.s.store.tx((tx) => tx.hosts.renew(this.hostId, this.epoch, until));
+    } catch (e) {
+      if (this.wasHeld && !this.held())
+        this.hooks.log.warn({ err: e }, 'host lease ran out: the store does not answer');
+      this.wasHeld = this.held();
+      return;
+    }
+    if (this.closed) return;
+    if (ok) {
+      this.took(this.epoch, t0);
+      if (!this.wasHeld) {
+        this.hooks.log.info({ epoch: this.epoch }, 'host lease held again');
+        this.hooks.regained();
+      }
+      this.wasHeld = true;
+      return;
+    }
+    // another process declared this host dead: its instances were moved or stopped
+    this.heldUntil = 0;
+    this.wasHeld = false;
+    this.hooks.log.warn({ epoch: this.epoch }, 'host lease lost (the host was declared dead): stopping its VMs');
+    this.hooks.lost();
+    try {
+      const t1 = performance.now();
+      const h = await this.hooks.register();
+      this.took(h.epoch, t1);
+      this.wasHeld = true;
+      this.hooks.log.info({ epoch: h.epoch }, 'host lease taken again with a new epoch');
+      this.hooks.regained();
+    } catch (e) {
+      this.hooks.log.warn({ err: e }, 'taking the host lease again failed; trying at the next renewal');
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.timer);
+    await this.busy;
+  }
+}
