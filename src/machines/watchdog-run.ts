@@ -4,10 +4,11 @@
  * agent rewrites at each lease renewal) and, past that time, kills every
  * QEMU of the data dir. A paused, cut-off or dead agent so leaves no VM
  * running beside the copy another host starts (docs/hosts.md). It ends
- * when the data dir's instances directory goes, or when another watchdog
- * took its place (the pid file names another process).
+ * when the data dir goes, or when another watchdog took its place (the pid
+ * file names another process).
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { hostVms, killVm } from './qemu/procs.js';
 
 const [leaseFile, instancesDir, pidFile] = process.argv.slice(2) as [string, string, string];
@@ -17,7 +18,8 @@ writeFileSync(`${pidFile}.${process.pid}`, String(process.pid), { mode: 0o600 })
 renameSync(`${pidFile}.${process.pid}`, pidFile);
 
 function tick(): void {
-  if (!existsSync(instancesDir)) process.exit(0);
+  // the data dir went (a test's, a removed host's): nothing is left to guard
+  if (!existsSync(dirname(leaseFile))) process.exit(0);
   try {
     if (Number(readFileSync(pidFile, 'utf8')) !== process.pid) process.exit(0);
   } catch {

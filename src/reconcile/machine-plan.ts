@@ -1,5 +1,8 @@
 import { buildCmdline } from '../domain/cmdline.js';
 import { imageBootFiles, type MachineChooser } from '../images/boot-files.js';
+import { ImageLayout } from '../images/layout.js';
+import { fetchImage } from '../images/share.js';
+import { storeBlobs } from '../store/blob-share.js';
 import type { Contract, MachineRuntime, MachineSpec, Shutdown } from '../machines/driver.js';
 import type { ControllerDeps } from './deps.js';
 import type { GuestAddress, InstanceRec, Tx } from '../store/types.js';
@@ -72,6 +75,8 @@ export async function bootPlan(
   t0: number,
   now: () => number,
 ): Promise<BootPlan> {
+  // an image another host imported: its content comes from the shared store first (docs/hosts.md, "Images")
+  if (s.store.kind === 'postgres') await fetchImage(new ImageLayout(s.paths.images), inst.image, storeBlobs(s.store));
   // a Unikraft kernel without a machine choice on this host waits for its trial boots (docs/machines.md)
   const img = await imageBootFiles(s.paths, inst.image, chooser);
   const dir = s.paths.instance(inst.id);

@@ -152,8 +152,10 @@ export class MachineController implements Controller {
               );
             this.choiceDone.add(digest);
           } catch (e) {
-            // an image without boot files here (its host is elsewhere) or a failed read: tried at the next change
-            this.o.log.warn({ err: e, digest }, 'machines: could not choose how to boot an image');
+            // an image whose content is not on this host yet (fetched at its first boot here, which then
+            // chooses) or a failed read: tried at the next change
+            if ((e as { code?: string }).code !== 'UH_NOT_FOUND')
+              this.o.log.warn({ err: e, digest }, 'machines: could not choose how to boot an image');
           }
         }
       } while (this.chooseAgain && !this.closed);

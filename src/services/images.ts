@@ -5,6 +5,8 @@ import { imageBootFiles, type BootFiles } from '../images/boot-files.js';
 import { buildKernelImage, type KernelImageSpec } from '../images/build.js';
 import { importOciLayout } from '../images/import-oci.js';
 import { ImageLayout } from '../images/layout.js';
+import { publishImage } from '../images/share.js';
+import { storeBlobs } from '../store/blob-share.js';
 import type { ImageRec, TagRec, Tx, UserRec } from '../store/types.js';
 import type { ServiceBase } from './deps.js';
 
@@ -175,6 +177,9 @@ export class ImageService {
   /** Unpacks an image's boot files (throws when it has no bootable kernel) and measures them: the part of a registration outside the store. */
   async prepare(digest: string): Promise<PreparedImage> {
     const boot = await imageBootFiles(this.deps.paths, digest);
+    // a shared store: the agents of other hosts fetch the image's content from it (docs/hosts.md, "Images")
+    if (this.deps.store.kind === 'postgres')
+      await publishImage(await this.layout(), digest, storeBlobs(this.deps.store));
     let size = (await stat(boot.kernel)).size;
     if (boot.initrd) size += (await stat(boot.initrd)).size;
     return { digest, boot, size };

@@ -622,6 +622,20 @@ export interface Tx {
     list(): Promise<{ source: string; at: string; data: unknown }[]>;
   };
   /**
+   * Image content by digest, in chunks (docs/hosts.md, "Images"): with a
+   * shared store, the process that imports or receives an image puts its
+   * blobs here and the agent of another host that boots it fetches them.
+   * Content-addressed, never announced on the change feed; a blob is
+   * complete once `finish` recorded it.
+   */
+  blobs: {
+    /** a complete blob's size and number of chunks, or undefined */
+    stat(digest: string): Promise<{ size: number; chunks: number } | undefined>;
+    putChunk(digest: string, seq: number, data: Buffer): Promise<void>;
+    finish(digest: string, size: number, chunks: number): Promise<void>;
+    chunk(digest: string, seq: number): Promise<Buffer | undefined>;
+  };
+  /**
    * Holds the lock `name` until this transaction ends. Transactions that
    * read and change a total every creator shares (host admission, the
    * address pool) take it first, so they queue instead of failing each

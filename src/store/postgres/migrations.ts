@@ -250,5 +250,7 @@ export const PG_MIGRATIONS: string[] = [
   ALTER TABLE hosts ADD COLUMN memory_mb integer NOT NULL DEFAULT 0;
   ALTER TABLE hosts ADD COLUMN vcpus integer;
   ALTER TABLE volumes ADD COLUMN host_id text REFERENCES hosts(id);
+  CREATE TABLE blob_chunks (digest text NOT NULL, seq integer NOT NULL, data bytea NOT NULL, PRIMARY KEY (digest, seq));
+  CREATE TABLE blobs (digest text PRIMARY KEY, size bigint NOT NULL, chunks integer NOT NULL);
   `,
 ];

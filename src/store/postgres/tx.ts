@@ -408,6 +408,31 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
         write(S.registryTags, repo);
       },
     },
+    blobs: {
+      stat: async (digest) => {
+        const r = (await q('SELECT size, chunks FROM blobs WHERE digest=$1', [digest]))[0];
+        return r ? { size: Number(r.size), chunks: Number(r.chunks) } : undefined;
+      },
+      putChunk: async (digest, seq, data) => {
+        cur();
+        await q('INSERT INTO blob_chunks (digest, seq, data) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING', [
+          digest,
+          seq,
+          data,
+        ]);
+      },
+      finish: async (digest, size, chunks) => {
+        cur();
+        await q('INSERT INTO blobs (digest, size, chunks) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING', [
+          digest,
+          size,
+          chunks,
+        ]);
+      },
+      chunk: async (digest, seq) =>
+        (await q('SELECT data FROM blob_chunks WHERE digest=$1 AND seq=$2', [digest, seq]))[0]?.data as
+          Buffer | undefined,
+    },
     figures: {
       put: async (source, at, data) => {
         cur();

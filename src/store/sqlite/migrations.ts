@@ -318,5 +318,8 @@ export const MIGRATIONS: string[] = [
   ALTER TABLE hosts ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
   ALTER TABLE hosts ADD COLUMN vcpus INTEGER;
   ALTER TABLE volumes ADD COLUMN host_id TEXT REFERENCES hosts(id);
+  -- image content other hosts fetch by digest (src/images/share.ts)
+  CREATE TABLE blob_chunks (digest TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (digest, seq));
+  CREATE TABLE blobs (digest TEXT PRIMARY KEY, size INTEGER NOT NULL, chunks INTEGER NOT NULL);
   `,
 ];

@@ -434,6 +434,30 @@ export function makeTx(
         write(S.registryTags, repo);
       },
     },
+    blobs: {
+      stat: async (digest) =>
+        prep('SELECT size, chunks FROM blobs WHERE digest=?').get(digest) as
+          { size: number; chunks: number } | undefined,
+      putChunk: async (digest, seq, data) => {
+        cur();
+        prep('INSERT INTO blob_chunks (digest, seq, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING').run(
+          digest,
+          seq,
+          data,
+        );
+      },
+      finish: async (digest, size, chunks) => {
+        cur();
+        prep('INSERT INTO blobs (digest, size, chunks) VALUES (?, ?, ?) ON CONFLICT DO NOTHING').run(
+          digest,
+          size,
+          chunks,
+        );
+      },
+      chunk: async (digest, seq) =>
+        (prep('SELECT data FROM blob_chunks WHERE digest=? AND seq=?').get(digest, seq) as { data: Buffer } | undefined)
+          ?.data,
+    },
     figures: {
       put: async (source, at, data) => {
         cur();
