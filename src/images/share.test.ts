@@ -17,7 +17,7 @@ function memoryShare(): BlobShare & { rows: Map<string, Buffer> } {
   return {
     rows,
     stat: async (d) => done.get(d),
-    putChunk: async (d, seq, data) => void rows.set(`${d}/${seq}`, data),
+    putChunk: async (d, seq, data) => void rows.set(`${d}/${seq}`, Buffer.from(data)),
     finish: async (d, size, chunks) => void done.set(d, { size, chunks }),
     chunk: async (d, seq) => rows.get(`${d}/${seq}`),
   };

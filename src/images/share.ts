@@ -14,9 +14,9 @@ export const CHUNK_BYTES = 1024 * 1024;
 /** Where blobs are shared (the store's `blobs`, src/store/types.ts). */
 export interface BlobShare {
   stat(digest: string): Promise<{ size: number; chunks: number } | undefined>;
-  putChunk(digest: string, seq: number, data: Buffer): Promise<void>;
+  putChunk(digest: string, seq: number, data: Uint8Array): Promise<void>;
   finish(digest: string, size: number, chunks: number): Promise<void>;
-  chunk(digest: string, seq: number): Promise<Buffer | undefined>;
+  chunk(digest: string, seq: number): Promise<Uint8Array | undefined>;
 }
 
 /** The digests an image manifest names: itself, its config, its layers. */

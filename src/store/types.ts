@@ -631,9 +631,9 @@ export interface Tx {
   blobs: {
     /** a complete blob's size and number of chunks, or undefined */
     stat(digest: string): Promise<{ size: number; chunks: number } | undefined>;
-    putChunk(digest: string, seq: number, data: Buffer): Promise<void>;
+    putChunk(digest: string, seq: number, data: Uint8Array): Promise<void>;
     finish(digest: string, size: number, chunks: number): Promise<void>;
-    chunk(digest: string, seq: number): Promise<Buffer | undefined>;
+    chunk(digest: string, seq: number): Promise<Uint8Array | undefined>;
   };
   /**
    * Holds the lock `name` until this transaction ends. Transactions that

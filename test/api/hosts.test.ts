@@ -12,11 +12,16 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { connect, createServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { DEFAULTS } from '../../src/config.js';
 import { defaultControllers } from '../../src/controllers.js';
+import { MemoryMachines } from '../../src/machines/memory.js';
+import { MemoryNetwork } from '../../src/network/memory.js';
+import { MemoryVolumes } from '../../src/volumes/memory.js';
 import type { HostView } from '../../src/services/hosts.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
@@ -299,5 +304,74 @@ describe('many hosts on one PostgreSQL', { skip: requirePart(missing) }, () => {
     assert.equal(again.status, 'error');
     assert.match(again.message, new RegExp(`volume 'data' is on one host .*host '${volHost}' is being drained`));
     await api.daemon.services.hosts.mark(volHost, 'live');
+  });
+  test('an agent cut off from PostgreSQL stops acting; its instance moves; it rejoins with a new epoch', async () => {
+    // h4 reaches the store through a unix-socket relay the test can cut
+    const relayDir = mkdtempSync(join(tmpdir(), 'uh-pgrelay-'));
+    const real = join(testPostgres().socketDir, '.s.PGSQL.5432');
+    const conns = new Set<Socket>();
+    const relay = createServer((c) => {
+      const u = connect(real);
+      conns.add(c).add(u);
+      const drop = () => (c.destroy(), u.destroy(), conns.delete(c), conns.delete(u));
+      c.on('error', drop).on('close', drop);
+      u.on('error', drop).on('close', drop);
+      c.pipe(u).pipe(c);
+    });
+    const listen = () => new Promise<void>((r) => relay.listen(join(relayDir, '.s.PGSQL.5432'), r));
+    await listen();
+    let vms!: MemoryMachines;
+    const h4 = await startHarness(
+      {
+        ...MEMORY,
+        store: { url: url.replace(/host=[^&]+/, `host=${relayDir}`) },
+        roles: ['agent'],
+        host: { ...DEFAULTS.host, name: 'h4', leaseMs: LEASE_MS, watchdog: 'off' },
+        capacity: { ...DEFAULTS.capacity, memoryMb: BUDGET_MB, vcpusPerCore: 0 },
+      },
+      (s) =>
+        defaultControllers(s, log, {
+          machines: (onEvent) => (vms = new MemoryMachines(onEvent, () => s.clock.now())),
+          network: new MemoryNetwork(DEFAULTS.subnet),
+          volumes: new MemoryVolumes(),
+          dataPlane: () => undefined as never,
+        }),
+    );
+    agents.h4 = h4;
+    const s = api.daemon.services.hosts;
+    const others = (await hosts()).map((h) => h.name).filter((n) => n !== 'h4');
+    for (const h of others) await s.mark(h, 'cordoned');
+    const e = await create(api, { name: 'cut', memory_mb: 64, restart_policy: 'always', wait_timeout_ms: 5000 });
+    for (const h of others) await s.mark(h, 'live');
+    assert.equal(await hostName(e.uuid), 'h4', JSON.stringify(e));
+    assert.deepEqual(vms.list(), [e.uuid]);
+    const epoch = (await hosts()).find((h) => h.name === 'h4')!.epoch;
+
+    // cut: no new connection, the open ones dropped
+    const closed = new Promise<void>((r) => relay.close(() => r()));
+    for (const c of conns) c.destroy();
+    await closed;
+    await api.until(async () => {
+      const i = await inst(e.uuid);
+      return i?.state === 'running' && (await hostName(e.uuid)) !== 'h4';
+    }, 15_000);
+    assert.equal(h4.daemon.services.lease.held(), false, 'h4 no longer acts');
+    const moved = (await inst(e.uuid))!;
+
+    // back: its renewal fails on the new epoch; it ends the VM it kept, takes a new lease, changes nothing else
+    await listen();
+    await api.until(async () => {
+      const h = (await hosts()).find((x) => x.name === 'h4');
+      return h?.state === 'live' && h.epoch > epoch + 1;
+    }, 15_000);
+    await api.until(async () => vms.list().length === 0, 5000);
+    const after = (await inst(e.uuid))!;
+    assert.deepEqual([after.host_id, after.state, after.start_count], [moved.host_id, 'running', moved.start_count]);
+    await h4.close();
+    delete agents.h4;
+    const gone = new Promise<void>((r) => relay.close(() => r()));
+    for (const c of conns) c.destroy();
+    await gone;
+    rmSync(relayDir, { recursive: true, force: true });
   });
 });
