@@ -7,7 +7,7 @@ import type { HostRec, InstanceRec, Tx } from '../store/types.js';
 /** Instance states that hold (or are about to hold) a VM, or wait for one in standby. */
 const LIVE = new Set(['starting', 'running', 'draining', 'stopping', 'standby']);
 
-type Deps = Pick<ControllerDeps, 'store' | 'clock' | 'config' | 'instances' | 'placement'>;
+type Deps = Pick<ControllerDeps, 'store' | 'clock' | 'config' | 'instances' | 'placement' | 'hostId'>;
 
 /** A grace after a lease runs out before others act on it: the host's own watchdog acts first. */
 export const DEAD_AFTER_MS = 1000;
@@ -26,7 +26,14 @@ export async function failOverDeadHosts(deps: Deps): Promise<string[]> {
   const store = deps.store;
   const now = Date.now(); // leases are on the wall clock (src/domain/hosts.ts)
   const expired = (await store.read((tx) => tx.hosts.list())).filter(
-    (h) => h.state !== 'dead' && h.lease_expires_at !== null && Date.parse(h.lease_expires_at) + DEAD_AFTER_MS < now,
+    (h) =>
+      // never its own host: a process whose agent was paused (a suspended laptop, a starved CPU) renews its
+      // lease when it runs again; another host's keeper declares it dead if it stays away (one host alone
+      // has no one to hand its instances to)
+      h.id !== deps.hostId &&
+      h.state !== 'dead' &&
+      h.lease_expires_at !== null &&
+      Date.parse(h.lease_expires_at) + DEAD_AFTER_MS < now,
   );
   const marked: string[] = [];
   for (const stale of expired) {
