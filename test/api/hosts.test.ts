@@ -41,11 +41,13 @@ const LEASE_MS = 1000;
 const BUDGET_MB = 3 * (256 + DEFAULTS.capacity.vmOverheadMb);
 
 // PostgreSQL always: the suite's PostgreSQL pass (UNIHOST_TEST_STORE=postgres) would run the same again
-const missing =
-  postgresMissing() ?? (process.env.UNIHOST_TEST_STORE === 'postgres' ? 'ran in the first pass' : undefined);
+const skip =
+  process.env.UNIHOST_TEST_STORE === 'postgres'
+    ? 'ran in the first pass (this file always uses PostgreSQL)'
+    : requirePart(postgresMissing());
 const entries = (r: { body: any }) => Object.values(r.body.data as Record<string, any[]>)[0]!;
 
-describe('many hosts on one PostgreSQL', { skip: requirePart(missing) }, () => {
+describe('many hosts on one PostgreSQL', { skip }, () => {
   let url: string;
   const agents: Record<string, Harness> = {};
   let api: Harness; // also the agent of host h1
