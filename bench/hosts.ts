@@ -21,16 +21,15 @@
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { DEFAULTS } from '../src/config.js';
 import { startDaemon, type Daemon } from '../src/daemon.js';
 import { testPostgres } from '../test/helpers/postgres.js';
-import { importCHttp, unikraftDir } from '../test/helpers/vm.js';
+import { agentArgv, importCHttp, unikraftDir } from '../test/helpers/vm.js';
 import { apiCaller, stats } from './boot-unikraft.js';
 
-const ROOT = resolve(import.meta.dirname, '..');
 const { values: args } = parseArgs({
   options: {
     rounds: { type: 'string', default: '3' },
@@ -76,20 +75,7 @@ function startAgent(h: Host, storeUrl: string): void {
       'exec',
       h.ns,
       process.execPath,
-      '--import',
-      'tsx',
-      join(ROOT, 'src/cli/main.ts'),
-      'serve',
-      '--role',
-      'agent',
-      '--host-name',
-      h.name,
-      '--data-dir',
-      h.dir,
-      '--store',
-      storeUrl,
-      '--config',
-      join(h.dir, 'config.json'),
+      ...agentArgv({ name: h.name, dir: h.dir, storeUrl, config: join(h.dir, 'config.json') }),
     ],
     { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, UNIHOST_LOG_LEVEL: 'warn' } },
   );

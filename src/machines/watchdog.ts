@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { openSync, readFileSync, renameSync, writeFileSync, closeSync } from 'node:fs';
+import { closeSync, openSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Config } from '../config.js';
@@ -62,13 +62,4 @@ export function startWatchdog(
       /* it stays: see the interface */
     },
   };
-}
-
-/** The pid of the data dir's watchdog, if one was started. */
-export function watchdogPid(dataDir: string): number | undefined {
-  try {
-    return Number(readFileSync(join(dataDir, 'watchdog.pid'), 'utf8')) || undefined;
-  } catch {
-    return undefined;
-  }
 }

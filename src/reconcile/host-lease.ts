@@ -55,11 +55,6 @@ export class HostLease implements Controller {
     return !this.closed && performance.now() < this.heldUntil;
   }
 
-  /** the epoch of the lease held (or last held) */
-  get currentEpoch(): number {
-    return this.epoch;
-  }
-
   private took(epoch: number, t0: number): void {
     this.epoch = epoch;
     this.heldUntil = t0 + this.leaseMs * HELD_FRACTION;

@@ -174,7 +174,7 @@ export class HostService {
           lease_expires_in_ms: h.lease_expires_at === null ? null : Date.parse(h.lease_expires_at) - now,
           memory_mb: h.memory_mb,
           vcpus: h.vcpus,
-          used_memory_mb: live.filter((i) => i.state !== 'stopped').reduce((a, i) => a + i.memory_mb, 0),
+          used_memory_mb: live.reduce((a, i) => a + i.memory_mb, 0),
           vms: live.length,
           instances: insts.length,
           running: live.map((i) => i.name),

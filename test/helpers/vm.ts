@@ -152,3 +152,23 @@ export function tlsGet(port: number, fqdn: string, ca: string): Promise<string> 
     s.once('error', reject);
   });
 }
+
+/** The argv of an agent process (`unihost serve --role agent`) on `storeUrl`, its data dir and config file. */
+export function agentArgv(o: { name: string; dir: string; storeUrl: string; config: string }): string[] {
+  return [
+    '--import',
+    'tsx',
+    join(ROOT, 'src/cli/main.ts'),
+    'serve',
+    '--role',
+    'agent',
+    '--host-name',
+    o.name,
+    '--data-dir',
+    o.dir,
+    '--store',
+    o.storeUrl,
+    '--config',
+    o.config,
+  ];
+}

@@ -20,7 +20,7 @@ import { DEFAULTS } from '../../src/config.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
 import { requirePart } from '../helpers/require.js';
-import { guestOut, poll, qemuProcs, ROOT } from '../helpers/vm.js';
+import { agentArgv, guestOut, poll, qemuProcs, ROOT } from '../helpers/vm.js';
 import type { GuestImageMeta } from '../../src/images/guest.js';
 
 const LEASE_MS = 3000;
@@ -48,26 +48,11 @@ describe('fencing with real VMs: a paused agent past its lease', { skip: require
         capacity: { memoryMb: 2048 },
       }),
     );
-    const p = spawn(
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        join(ROOT, 'src/cli/main.ts'),
-        'serve',
-        '--role',
-        'agent',
-        '--host-name',
-        name,
-        '--data-dir',
-        dir,
-        '--store',
-        url,
-        '--config',
-        join(dir, 'config.json'),
-      ],
-      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, UNIHOST_LOG_LEVEL: 'info' } },
-    );
+    const p = spawn(process.execPath, agentArgv({ name, dir, storeUrl: url, config: join(dir, 'config.json') }), {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, UNIHOST_LOG_LEVEL: 'info' },
+    });
     logs[name] = '';
     p.stdout!.on('data', (d: Buffer) => (logs[name] += d.toString()));
     p.stderr!.on('data', (d: Buffer) => (logs[name] += d.toString()));
