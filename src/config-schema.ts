@@ -74,6 +74,7 @@ export const ConfigFileSchema = Obj({
     bridge: Type.String({ minLength: 1, maxLength: 15 }),
     dns: Type.Boolean(),
     dnsPort: Int(1, 65535),
+    vni: Int(1, 0xffffff),
   }),
   volumes: Obj({ driver: Type.String() }),
   gateway: Obj({

@@ -188,6 +188,8 @@ export interface NetworkConfig {
   /** serve `<name>.internal` on the gateway address */
   dns: boolean;
   dnsPort: number;
+  /** the VXLAN id joining the hosts' bridges (docs/hosts.md): the same on every host of one platform */
+  vni: number;
 }
 
 /** Persistent volumes' images. */
@@ -266,7 +268,7 @@ export const DEFAULTS: Config = {
   },
   logLevel: 'info',
   log: { file: '', maxSizeMb: 20, keep: 5 },
-  network: { enabled: true, driver: 'host', bridge: 'uhbr0', dns: true, dnsPort: 53 },
+  network: { enabled: true, driver: 'host', bridge: 'uhbr0', dns: true, dnsPort: 53, vni: 7878 },
   volumes: { driver: 'ext4' },
   gateway: {
     enabled: true,

@@ -106,6 +106,7 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
       const claim = hostClaim(config);
       const host = await registerHost(store, claim, services.clock);
       services.hostId = host.id;
+      services.hostSlot = host.net_slot ?? 0;
       const watchdog = startWatchdog(config, store.kind, logger);
       await watchdog?.start();
       const lease = new HostLease(services, host.id, host, {

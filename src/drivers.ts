@@ -43,8 +43,8 @@ const MACHINES: Record<string, Build<Promise<DriverFactory>>> = {
 };
 
 const NETWORKS: Record<string, Build<NetworkDriver>> = {
-  host: (s) => new HostNetwork({ subnet: s.config.subnet, bridge: s.config.network.bridge }),
-  memory: (s) => new MemoryNetwork(s.config.subnet),
+  host: (s) => new HostNetwork({ subnet: s.config.subnet, bridge: s.config.network.bridge, slot: s.hostSlot }),
+  memory: (s) => new MemoryNetwork(s.config.subnet, s.hostSlot),
 };
 
 const VOLUMES: Record<string, Build<VolumeDriver>> = {

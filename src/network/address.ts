@@ -26,6 +26,25 @@ export function parseSubnet(cidr: string): Subnet {
   return { base, prefix, gateway: toIp(base + 1), first: base + 2, last: base + size - 2 };
 }
 
+/**
+ * The gateway address of the host with network slot `slot` (docs/hosts.md):
+ * slot 0 (a single host, or the first of several) has the subnet's first
+ * address, as it always had; slot k > 0 the k-th address from the top, so the
+ * addresses instances get from the bottom up meet them last. The allocation
+ * skips the addresses hosts hold (domain/ipam.ts), and a host takes no slot
+ * whose address an instance holds (services/hosts.ts).
+ */
+export function hostGateway(subnet: Subnet, slot: number): string {
+  if (!Number.isInteger(slot) || slot < 0 || slot > subnet.last - subnet.first)
+    throw new Error(`network slot ${slot} is outside the subnet`);
+  return slot === 0 ? subnet.gateway : toIp(subnet.last - (slot - 1));
+}
+
+/** The fixed MAC of a host's bridge: slot 0 keeps the one a single host always had, so guests' ARP caches stay true. */
+export function bridgeMacFor(bridge: string, slot: number): string {
+  return macFor(slot === 0 ? `bridge:${bridge}` : `bridge:${bridge}:${slot}`);
+}
+
 /** A stable, locally administered unicast MAC for a NIC id. */
 export function macFor(nicId: string): string {
   const h = createHash('sha256').update(nicId).digest();

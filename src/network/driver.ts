@@ -3,6 +3,23 @@ import type { TapSpec } from './rules.js';
 export type { TapSpec } from './rules.js';
 
 /**
+ * This host's part in one private network across hosts (docs/hosts.md): its
+ * bridge joined to the other hosts' by a VXLAN port, with forwarding
+ * entries from the store. Written by the network controller whenever hosts
+ * or the placement of instances change.
+ */
+export interface Overlay {
+  /** the VXLAN network identifier (config `network.vni`) */
+  vni: number;
+  /** this host's address on the hosts' network (`--host-address`) */
+  local: string;
+  /** the other hosts that are not dead */
+  peers: { address: string; gateway: string; mac: string }[];
+  /** the instances placed on other hosts, with the address of the host they are on */
+  remote: { ip: string; mac: string; userId: string; host: string }[];
+}
+
+/**
  * What the network controller (src/reconcile/network.ts) drives: the host
  * side of the private network. `HostNetwork` (host.ts) is the real one: a
  * bridge, taps and nftables rules; `MemoryNetwork` (memory.ts) keeps the
@@ -25,6 +42,8 @@ export interface NetworkDriver {
   ensureTap(spec: TapSpec): Promise<void>;
   /** removes a tap and its rules; a tap already gone is fine */
   removeTap(tap: string): Promise<void>;
+  /** joins this host's bridge to the other hosts' (null: a host alone, no VXLAN port); idempotent */
+  setOverlay(o: Overlay | null): Promise<void>;
   /** the guest's `netdev.ip` value for its address */
   netdevIp(ip: string): string;
   /** resolves once `ip:port` of a guest accepts a TCP connection (readiness); rejects when `signal` aborts */

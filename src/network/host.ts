@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
-import { macFor, netdevIpArg, parseSubnet } from './address.js';
+import { isIP } from 'node:net';
+import { bridgeMacFor, hostGateway, netdevIpArg, parseSubnet } from './address.js';
 import { CommandError, hostRunner, type Runner } from './cmd.js';
-import type { NetworkDriver } from './driver.js';
+import type { NetworkDriver, Overlay } from './driver.js';
 import { waitForPort } from './probe.js';
 import { VM_UID_BASE, VM_UIDS } from '../machines/qemu/jail.js';
 import { renderDelete, renderRules, type TapSpec, checkTapSpec } from './rules.js';
@@ -12,6 +13,8 @@ export type { TapSpec } from './rules.js';
 export interface HostNetworkOptions {
   /** the private subnet (config `subnet`); the bridge gets its gateway address */
   subnet: string;
+  /** this host's network slot (services/hosts.ts): which gateway address and bridge MAC it has; default 0 */
+  slot?: number;
   /** bridge device name (default `uhbr0`) */
   bridge?: string;
   /** nftables table name in the `bridge` and `inet` families (default `unihost`) */
@@ -40,8 +43,11 @@ export function tapName(instanceId: string, prefix = 'uh'): string {
 interface LinkInfo {
   ifname: string;
   master?: string;
-  linkinfo?: { info_kind?: string };
+  linkinfo?: { info_kind?: string; info_data?: { id?: number; local?: string; port?: number; learning?: boolean } };
 }
+
+/** VXLAN's IANA port: the hosts' network must carry UDP to it between hosts (docs/hosts.md). */
+export const VXLAN_PORT = 4789;
 
 /**
  * The daemon's side of the private network: one Linux bridge carrying the
@@ -63,6 +69,9 @@ export class HostNetwork implements NetworkDriver {
   readonly tapPrefix: string;
   /** fixed, so the gateway MAC cached by guests never changes */
   readonly bridgeMac: string;
+  /** the bridge's VXLAN port when it is joined to other hosts (`vx` + bridge: never a tap name) */
+  readonly vxlan: string;
+  private overlay: Overlay | null = null;
   private readonly run: Runner;
   private readonly guestToHost: { udp: number[]; tcp: number[] };
   private readonly taps = new Map<string, TapSpec>();
@@ -71,12 +80,13 @@ export class HostNetwork implements NetworkDriver {
 
   constructor(opts: HostNetworkOptions) {
     const subnet = parseSubnet(opts.subnet);
-    this.gateway = subnet.gateway;
+    this.gateway = hostGateway(subnet, opts.slot ?? 0);
     this.prefixLength = subnet.prefix;
     this.bridge = opts.bridge ?? 'uhbr0';
     this.table = opts.table ?? 'unihost';
     this.tapPrefix = opts.tapPrefix ?? 'uh';
-    this.bridgeMac = macFor(`bridge:${this.bridge}`);
+    this.bridgeMac = bridgeMacFor(this.bridge, opts.slot ?? 0);
+    this.vxlan = `vx${this.bridge}`.slice(0, 15);
     this.guestToHost = opts.guestToHost ?? { udp: [53], tcp: [53] };
     this.run = opts.run ?? hostRunner(opts.netns);
   }
@@ -102,6 +112,35 @@ export class HostNetwork implements NetworkDriver {
   setup(): Promise<void> {
     return this.serial(async () => {
       await this.ensureBridge();
+      if (this.overlay) await this.ensureOverlay(this.overlay);
+      await this.applyRules();
+    });
+  }
+
+  /**
+   * Joins the bridge to the other hosts' (docs/hosts.md): a VXLAN port
+   * (unicast, no learning, no multicast) whose forwarding entries are
+   * exactly `o`'s: one all-zero entry per peer (broadcasts such as ARP are
+   * sent to each) and one per MAC on another host. The rules then let each
+   * user's frames cross only to and from that user's addresses. null
+   * removes the port: a host alone.
+   */
+  async setOverlay(o: Overlay | null): Promise<void> {
+    if (o) {
+      if (!Number.isInteger(o.vni) || o.vni < 1 || o.vni > 0xffffff) throw new Error(`bad VXLAN id ${o.vni}`);
+      const ips = [
+        o.local,
+        ...o.peers.flatMap((p) => [p.address, p.gateway]),
+        ...o.remote.flatMap((r) => [r.ip, r.host]),
+      ];
+      for (const ip of ips) if (isIP(ip) !== 4) throw new Error(`bad IPv4 address '${ip}' in the overlay`);
+      for (const mac of [...o.peers, ...o.remote].map((x) => x.mac))
+        if (!/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/.test(mac)) throw new Error(`bad MAC '${mac}' in the overlay`);
+    }
+    return this.serial(async () => {
+      this.overlay = o;
+      if (o) await this.ensureOverlay(o);
+      else if (await this.linkExists(this.vxlan)) await this.ip('link', 'del', 'dev', this.vxlan);
       await this.applyRules();
     });
   }
@@ -131,6 +170,7 @@ export class HostNetwork implements NetworkDriver {
         throw failed.reason;
       }
       if (old && old.ip !== spec.ip) await this.forgetNeighbour(old.ip);
+      if (this.overlay) await this.run(['bridge', '-batch', '-'], pinLine(spec) + '\n');
     });
   }
 
@@ -200,6 +240,8 @@ export class HostNetwork implements NetworkDriver {
     return this.serial(async () => {
       for (const t of await this.ourTaps()) await this.deleteTapDevice(t);
       this.taps.clear();
+      this.overlay = null;
+      if (await this.linkExists(this.vxlan)) await this.ip('link', 'del', 'dev', this.vxlan);
       if (await this.linkExists(this.bridge)) await this.ip('link', 'del', 'dev', this.bridge);
       await this.run(['nft', '-f', '-'], renderDelete(this.table));
     });
@@ -271,6 +313,45 @@ export class HostNetwork implements NetworkDriver {
     await this.ip('addr', 'replace', want, 'dev', br);
   }
 
+  /** The VXLAN port as `o` wants it (made again when its id or address changed), then its forwarding entries. */
+  private async ensureOverlay(o: Overlay): Promise<void> {
+    const vx = this.vxlan;
+    const [have] = (await this.linkExists(vx)) ? await this.links('dev', vx) : [];
+    const d = have?.linkinfo?.info_data;
+    if (have && (have.linkinfo?.info_kind !== 'vxlan' || d?.id !== o.vni || d?.local !== o.local)) {
+      await this.ip('link', 'del', 'dev', vx);
+    }
+    if (!have || d?.id !== o.vni || d?.local !== o.local) {
+      // MTU 1500 like the guests' NICs: the hosts' network must carry 1550-byte packets (docs/hosts.md)
+      const args = ['type', 'vxlan', 'id', String(o.vni), 'local', o.local, 'dstport', String(VXLAN_PORT)];
+      await this.ip('link', 'add', vx, 'mtu', '1500', ...args, 'nolearning');
+    }
+    if (have?.master !== this.bridge) await this.ip('link', 'set', 'dev', vx, 'addrgenmode', 'none');
+    await this.ip('link', 'set', 'dev', vx, 'master', this.bridge, 'up');
+    await this.syncFdb(o);
+  }
+
+  /** Makes the VXLAN port's forwarding entries (those with a `dst`) exactly the overlay's, in one `bridge -batch`. */
+  private async syncFdb(o: Overlay): Promise<void> {
+    const zero = '00:00:00:00:00:00';
+    const want = new Set<string>();
+    for (const p of o.peers) want.add(`${zero} ${p.address}`).add(`${p.mac} ${p.address}`);
+    for (const r of o.remote) want.add(`${r.mac} ${r.host}`);
+    const out = await this.run(['bridge', '-j', 'fdb', 'show', 'dev', this.vxlan]);
+    const have = (out.trim() ? (JSON.parse(out) as { mac: string; dst?: string }[]) : [])
+      .filter((e) => e.dst)
+      .map((e) => `${e.mac} ${e.dst}`);
+    const lines: string[] = [];
+    for (const e of have) if (!want.has(e)) lines.push(fdbLine('del', e, this.vxlan));
+    const haveSet = new Set(have);
+    for (const e of want)
+      if (!haveSet.has(e)) lines.push(fdbLine(e.startsWith(zero) ? 'append' : 'replace', e, this.vxlan));
+    // An instance that moved here from another host: the bridge learned its MAC on the VXLAN port
+    // and would send its frames there until it speaks first. Its tap's entry is pinned instead.
+    for (const t of this.taps.values()) lines.push(pinLine(t));
+    if (lines.length) await this.run(['bridge', '-batch', '-'], lines.join('\n') + '\n');
+  }
+
   /**
    * Creates the missing taps and attaches/raises all of them with one
    * `ip -batch` (one process however many taps: matters for `sync` at start).
@@ -311,9 +392,27 @@ export class HostNetwork implements NetworkDriver {
         hostTcpPorts: this.guestToHost.tcp,
         hostUdpPorts: this.guestToHost.udp,
         vmUids: [VM_UID_BASE, VM_UID_BASE + VM_UIDS - 1],
+        ...(this.overlay && {
+          overlay: {
+            port: this.vxlan,
+            gateways: this.overlay.peers.map((p) => p.gateway),
+            remote: this.overlay.remote,
+          },
+        }),
       },
       [...this.taps.values()],
     );
     await this.run(['nft', '-f', '-'], script);
   }
+}
+
+/** The `bridge -batch` line that pins a tap's MAC to it (learning never moves it to the VXLAN port). */
+function pinLine(t: TapSpec): string {
+  return `fdb replace ${t.mac} dev ${t.tap} master static`;
+}
+
+/** One `bridge -batch` line for a VXLAN forwarding entry `"<mac> <dst>"`. */
+function fdbLine(op: 'append' | 'replace' | 'del', entry: string, dev: string): string {
+  const [mac, dst] = entry.split(' ');
+  return `fdb ${op} ${mac} dev ${dev} dst ${dst}`;
 }

@@ -1,5 +1,5 @@
-import { netdevIpArg, parseSubnet } from './address.js';
-import type { NetworkDriver, TapSpec } from './driver.js';
+import { hostGateway, netdevIpArg, parseSubnet } from './address.js';
+import type { NetworkDriver, Overlay, TapSpec } from './driver.js';
 import { checkTapSpec } from './rules.js';
 
 /**
@@ -16,10 +16,12 @@ export class MemoryNetwork implements NetworkDriver {
   private readonly prefixLength: number;
   /** the taps that exist, by name */
   readonly taps = new Map<string, TapSpec>();
+  /** the overlay last set (null: a host alone) */
+  overlay: Overlay | null = null;
 
-  constructor(subnet: string) {
+  constructor(subnet: string, slot = 0) {
     const s = parseSubnet(subnet);
-    this.gateway = s.gateway;
+    this.gateway = hostGateway(s, slot);
     this.prefixLength = s.prefix;
   }
 
@@ -42,6 +44,10 @@ export class MemoryNetwork implements NetworkDriver {
     checkTapSpec(spec);
     checkPrefix(spec.tap);
     this.taps.set(spec.tap, spec);
+  }
+
+  async setOverlay(o: Overlay | null): Promise<void> {
+    this.overlay = o;
   }
 
   async removeTap(tap: string): Promise<void> {

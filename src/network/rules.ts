@@ -11,6 +11,10 @@
  *    taps of the same user. Unknown taps on the bridge are dropped.
  *    Clones of a template get their guest's addresses translated on their
  *    tap first (`translation`).
+ *    With several hosts (docs/hosts.md), the bridge has a VXLAN port too:
+ *    a frame from a tap leaves by it only for an address of the tap's user
+ *    on another host (or another host's gateway), and a frame from it
+ *    reaches a tap only from one (`overlay`).
  *  - `inet <table>`: layer 3 for traffic that reaches the host through the
  *    bridge. Guests may open connections to the gateway only on the DNS
  *    ports (plus ICMP echo); replies to connections the host opened are
@@ -36,6 +40,16 @@ export interface TapSpec {
   guest?: { ip: string; mac: string };
 }
 
+/** What crosses the bridge's VXLAN port (docs/hosts.md): rendered into the bridge table. */
+export interface OverlayRules {
+  /** the VXLAN port on the bridge */
+  port: string;
+  /** the other hosts' gateway addresses: their host-made traffic to guests here, and the replies */
+  gateways: string[];
+  /** the instances on other hosts: their addresses and users */
+  remote: { ip: string; userId: string }[];
+}
+
 export interface RulesOptions {
   bridge: string;
   /** the bridge's own (fixed) MAC: frames to it are routed, not bridged */
@@ -49,11 +63,18 @@ export interface RulesOptions {
   hostUdpPorts: number[];
   /** uids of VMs (first, last): their processes may open no IP connection at all (QEMU needs none: taps) */
   vmUids?: [number, number];
+  /** the VXLAN port and what may cross it; absent on a host alone (frames never leave the bridge) */
+  overlay?: OverlayRules;
 }
 
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
+
+function checkIpv4(ip: string): void {
+  const m = IPV4.exec(ip);
+  if (!m || m.slice(1).some((o) => Number(o) > 255)) throw new Error(`bad IPv4 '${ip}'`);
+}
 
 /** Throws on values that could break (or inject into) the nft script. */
 export function checkTapSpec(t: TapSpec): void {
@@ -116,10 +137,16 @@ function byUser(taps: TapSpec[]): TapSpec[][] {
 function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
   const users = byUser(taps);
   const pfx = q(`${o.tapPrefix}*`);
+  const ov = o.overlay;
   const L: string[] = [`table bridge ${o.table} {`];
   L.push(`  set tap_mac { type ifname . ether_addr; }`);
   L.push(`  set tap_ip { type ifname . ipv4_addr; }`);
   L.push(`  map tap_user { type ifname : verdict; }`);
+  if (ov) {
+    // per local user: the addresses of that user's instances on other hosts; the other hosts' gateways
+    L.push(`  set peer_gw { type ipv4_addr; }`, `  map tap_in { type ifname : verdict; }`);
+    users.forEach((_u, i) => L.push(`  set r${i} { type ipv4_addr; }`));
+  }
   // Anti-spoofing: every frame a tap sends must carry its own addresses.
   L.push(`  chain prerouting {`, `    type filter hook prerouting priority -200; policy accept;`);
   L.push(`    iifname != ${pfx} accept`);
@@ -133,10 +160,29 @@ function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
   // Tap -> tap: only within one user. Flooded frames (ARP broadcasts) pass
   // this hook once per output port, so they never reach other users' taps.
   L.push(`  chain forward {`, `    type filter hook forward priority -200; policy accept;`);
+  // From another host: to a tap only from its user's addresses there (the sending host checked who sent it).
+  if (ov) L.push(`    iifname ${q(ov.port)} oifname vmap @tap_in`, `    iifname ${q(ov.port)} drop`);
   L.push(`    iifname vmap @tap_user`);
   L.push(`    iifname ${pfx} drop`, `    oifname ${pfx} drop`, `  }`);
+  // Flooded frames (ARP) pass once per output port, the VXLAN port included: an ARP
+  // request leaves the host only for an address of the sender's user there.
+  const from = (dir: 'saddr' | 'daddr', setName: string): string[] => [
+    `ether type arp arp ${dir} ip @${setName} accept`,
+    `ether type ip ip ${dir} @${setName} accept`,
+  ];
   users.forEach((u, i) => {
-    L.push(`  chain u${i} {`, `    oifname ${set(u.map((t) => q(t.tap)))} accept`, `    drop`, `  }`);
+    L.push(`  chain u${i} {`, `    oifname ${set(u.map((t) => q(t.tap)))} accept`);
+    if (ov)
+      for (const r of [...from('daddr', `r${i}`), ...from('daddr', 'peer_gw')])
+        L.push(`    oifname ${q(ov.port)} ${r}`);
+    L.push(`    drop`, `  }`);
+    if (ov)
+      L.push(
+        `  chain in${i} {`,
+        ...[...from('saddr', `r${i}`), ...from('saddr', 'peer_gw')].map((r) => `    ${r}`),
+        `    drop`,
+        `  }`,
+      );
   });
   L.push(...translation(taps));
   L.push(`}`);
@@ -146,7 +192,16 @@ function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
     L.push(`add element bridge ${o.table} tap_ip ${els((t) => `${q(t.tap)} . ${t.ip}`)}`);
     const vm = users.flatMap((u, i) => u.map((t) => `${q(t.tap)} : jump u${i}`));
     L.push(`add element bridge ${o.table} tap_user ${set(vm)}`);
+    if (ov) {
+      const inn = users.flatMap((u, i) => u.map((t) => `${q(t.tap)} : jump in${i}`));
+      L.push(`add element bridge ${o.table} tap_in ${set(inn)}`);
+      users.forEach((u, i) => {
+        const ips = ov.remote.filter((r) => r.userId === u[0]!.userId).map((r) => r.ip);
+        if (ips.length) L.push(`add element bridge ${o.table} r${i} ${set([...new Set(ips)].sort())}`);
+      });
+    }
   }
+  if (ov?.gateways.length) L.push(`add element bridge ${o.table} peer_gw ${set([...ov.gateways].sort())}`);
   return L;
 }
 
@@ -191,6 +246,10 @@ export function renderRules(o: RulesOptions, taps: TapSpec[]): string {
   if (!IFNAME.test(o.bridge) || !/^[a-z]{1,4}$/.test(o.tapPrefix) || !/^[A-Za-z0-9_]{1,32}$/.test(o.table))
     throw new Error('bad bridge/table name');
   taps.forEach(checkTapSpec);
+  if (o.overlay) {
+    if (!IFNAME.test(o.overlay.port) || o.overlay.port.startsWith(o.tapPrefix)) throw new Error('bad VXLAN port name');
+    for (const ip of [...o.overlay.gateways, ...o.overlay.remote.map((r) => r.ip)]) checkIpv4(ip);
+  }
   return [
     `table bridge ${o.table} {}`,
     `delete table bridge ${o.table}`,

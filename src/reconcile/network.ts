@@ -1,11 +1,14 @@
 import type { Controller, ControllerDeps } from './deps.js';
-import { macFor } from '../network/address.js';
+import { bridgeMacFor, hostGateway, macFor, parseSubnet } from '../network/address.js';
 import { InternalDns } from '../network/dns.js';
 import { NameTable } from './dns-names.js';
 import { follow, RetryingQueue } from './engine.js';
-import type { NetworkDriver, TapSpec } from '../network/driver.js';
+import type { NetworkDriver, Overlay, TapSpec } from '../network/driver.js';
 import { tapName } from '../network/host.js';
 import type { GuestAddress, InstanceRec } from '../store/types.js';
+
+/** The name-table queue's key of the hosts' network. */
+const OVERLAY = '#overlay';
 
 /** What the machine controller needs from the network to boot a VM. */
 export interface NetworkHooks {
@@ -30,7 +33,10 @@ export class NetworkController implements Controller, NetworkHooks {
   /** the `.internal` names, kept from the change feed (queries never read the store) */
   readonly names = new NameTable();
   private off: (() => void) | null = null;
+  private offOverlay: (() => void) | null = null;
   private readonly queue: RetryingQueue;
+  /** the overlay last given to the driver, as JSON ('' before the first) */
+  private overlayKey = '';
 
   constructor(
     private readonly s: ControllerDeps,
@@ -40,12 +46,17 @@ export class NetworkController implements Controller, NetworkHooks {
   ) {
     this.queue = new RetryingQueue(
       (key) => this.refresh(key),
-      (_k, e) => log.warn({ err: e }, 'DNS name table: refresh failed'),
+      (k, e) =>
+        log.warn(
+          { err: e },
+          k === OVERLAY ? 'private network across hosts: update failed' : 'DNS name table: refresh failed',
+        ),
     );
   }
 
-  /** Re-reads one instance for the name table, or all of them (`*`). */
+  /** Re-reads one instance for the name table, or all of them (`*`); `overlay`: the hosts' network. */
   private async refresh(key: string): Promise<void> {
+    if (key === OVERLAY) return this.refreshOverlay();
     if (key === '*') this.names.reset(await this.s.store.read((tx) => tx.instances.all()));
     else this.names.set(key, await this.s.store.read((tx) => tx.instances.getAny(key)));
   }
@@ -62,6 +73,49 @@ export class NetworkController implements Controller, NetworkHooks {
     return guest ? { ...own, guest } : own;
   }
 
+  /**
+   * This host's part in the private network across hosts (docs/hosts.md),
+   * read from the store: the other hosts that are not dead, and the
+   * instances placed on them. Only an agent with a host address joins.
+   */
+  private async overlay(): Promise<Overlay | null> {
+    const { hosts, instances } = await this.s.store.read(async (tx) => ({
+      hosts: await tx.hosts.list(),
+      instances: await tx.instances.all(),
+    }));
+    const me = hosts.find((h) => h.id === this.s.hostId);
+    if (!me?.address) return null;
+    const subnet = parseSubnet(this.s.config.subnet);
+    const peers = new Map(
+      hosts.filter((h) => h.id !== me.id && h.address && h.state !== 'dead').map((h) => [h.id, h] as const),
+    );
+    const remote = instances.flatMap((i) => {
+      const h = i.host_id ? peers.get(i.host_id) : undefined;
+      if (!h || !i.private_ip || !i.nic_id) return [];
+      return [{ ip: i.private_ip, mac: i.mac ?? macFor(i.nic_id), userId: i.user_id, host: h.address! }];
+    });
+    return {
+      vni: this.s.config.network.vni,
+      local: me.address,
+      peers: [...peers.values()].map((h) => ({
+        address: h.address!,
+        gateway: hostGateway(subnet, h.net_slot ?? 0),
+        mac: bridgeMacFor(this.s.config.network.bridge, h.net_slot ?? 0),
+      })),
+      remote: remote.sort((a, b) => a.ip.localeCompare(b.ip)),
+    };
+  }
+
+  private async refreshOverlay(): Promise<void> {
+    const o = await this.overlay();
+    const key = JSON.stringify(o);
+    if (key === this.overlayKey) return;
+    await this.host.setOverlay(o);
+    if (this.overlayKey === '' || (o === null) !== (this.overlayKey === 'null'))
+      this.log.info({ hosts: o?.peers.length ?? 0, remote: o?.remote.length ?? 0 }, 'private network across hosts');
+    this.overlayKey = key;
+  }
+
   async start(): Promise<void> {
     await this.host.setup();
     const all = await this.s.store.read((tx) => tx.instances.all());
@@ -73,6 +127,16 @@ export class NetworkController implements Controller, NetworkHooks {
       .map((i) => this.spec(i, (i.runtime as { guest?: GuestAddress }).guest)); // RuntimeRec.guest
     const r = await this.host.sync(expected);
     if (r.removed.length > 0) this.log.info({ removed: r.removed }, 'removed stray taps');
+    // with a host address, the bridge joins the other hosts' (the store says which, and who runs where)
+    if (this.s.config.host.address && this.s.hostId) {
+      await this.queue.kick(OVERLAY);
+      this.offOverlay = follow(this.s.store, {
+        kinds: ['instance', 'host'],
+        change: () => void this.queue.kick(OVERLAY),
+        resync: () => void this.queue.kick(OVERLAY),
+        resyncMs: this.s.config.store.resyncMs,
+      });
+    }
     if (this.s.config.network.dns && this.host.dnsHost) {
       this.off = follow(this.s.store, {
         kinds: ['instance'],
@@ -94,6 +158,7 @@ export class NetworkController implements Controller, NetworkHooks {
 
   async stop(): Promise<void> {
     this.off?.();
+    this.offOverlay?.();
     await this.queue.stop();
     await this.dns?.stop();
   }

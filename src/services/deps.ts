@@ -18,6 +18,8 @@ export interface ServiceBase {
   subnet: Subnet;
   /** the host this process's agent registered ('' in a process without the agent role) */
   hostId: string;
+  /** its slot on the private network (0 in a process without the agent role): its gateway address, docs/hosts.md */
+  hostSlot: number;
   /** its lease (src/reconcile/host-lease.ts): the agent acts only while it is held; always in other processes */
   lease: { held(): boolean };
   /** live figures of VMs and the gateway (src/figures.ts): this process's own, or those published in the store */

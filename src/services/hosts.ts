@@ -8,6 +8,7 @@ import { err } from '../errors.js';
 import type { HostRec, HostState, Store, Tx } from '../store/types.js';
 import { ADMISSION, hostMemoryBudgetMb, hostVcpuBudget } from './capacity.js';
 import { leaseHeld } from '../domain/hosts.js';
+import { hostGateway, parseSubnet, type Subnet } from '../network/address.js';
 
 /** What an agent says of its host when it takes the lease. */
 export interface HostClaim {
@@ -20,6 +21,8 @@ export interface HostClaim {
   memoryMb: number;
   /** null: no CPU limit */
   vcpus: number | null;
+  /** the private network: the host's slot gives its gateway address in it */
+  subnet: Subnet;
 }
 
 /**
@@ -54,6 +57,7 @@ export function hostClaim(config: Config): HostClaim {
     leaseMs: config.host.leaseMs,
     memoryMb: hostMemoryBudgetMb(config.capacity),
     vcpus: Number.isFinite(vcpus) ? vcpus : null,
+    subnet: parseSubnet(config.subnet),
   };
 }
 
@@ -85,6 +89,7 @@ export async function registerHost(store: Store, claim: HostClaim, clock: Clock)
         holder: claim.holder,
         lease_expires_at: lease,
         ...figures,
+        net_slot: await freeSlot(tx, claim.subnet),
       };
       await tx.hosts.insert(host);
     } else {
@@ -101,6 +106,7 @@ export async function registerHost(store: Store, claim: HostClaim, clock: Clock)
         holder: claim.holder,
         lease_expires_at: lease,
         state: host.state === 'dead' ? ('live' as const) : host.state,
+        net_slot: host.net_slot ?? (await freeSlot(tx, claim.subnet)),
       };
       await tx.hosts.update(host.id, patch);
       host = { ...host, ...patch };
@@ -110,6 +116,21 @@ export async function registerHost(store: Store, claim: HostClaim, clock: Clock)
     for (const v of await tx.volumes.all()) if (v.host_id === null) await tx.volumes.update(v.id, { host_id: host.id });
     return host;
   });
+}
+
+/**
+ * The lowest network slot no other host has and whose gateway address no
+ * instance holds (docs/hosts.md): the first host takes slot 0, the subnet's
+ * first address, as a single host always did.
+ */
+async function freeSlot(tx: Tx, subnet: Subnet): Promise<number> {
+  const used = new Set((await tx.hosts.list()).map((h) => h.net_slot));
+  for (let slot = 0; slot <= Math.min(1023, subnet.last - subnet.first); slot++) {
+    if (used.has(slot)) continue;
+    if (slot > 0 && (await tx.instances.ipTaken(hostGateway(subnet, slot)))) continue;
+    return slot;
+  }
+  throw err('UH_NO_FREE', 'no network slot left for another host: remove dead hosts, or use a larger subnet');
 }
 
 /**

@@ -47,6 +47,7 @@ export function createServices(config: Config, store: Store, clock: Clock = syst
     paths,
     subnet: parseSubnet(config.subnet),
     hostId: '',
+    hostSlot: 0,
     lease: { held: () => true },
     // a process that measures nothing reads what the measuring ones publish (src/controllers.ts replaces it)
     figures: new StoreFigures(store, () => clock.now()),

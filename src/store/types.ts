@@ -315,6 +315,12 @@ export interface HostRec {
   memory_mb: number;
   /** guest vCPU budget the agent published; null: no CPU limit */
   vcpus: number | null;
+  /**
+   * Its slot on the private network: its bridge's gateway address and MAC
+   * (network/address.ts `hostGateway`), unique among hosts, kept for life.
+   * null: not taken yet (a row from before slots existed).
+   */
+  net_slot: number | null;
 }
 
 export interface ServiceEntry {

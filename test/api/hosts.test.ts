@@ -298,6 +298,11 @@ describe('many hosts on one PostgreSQL', { skip }, () => {
     });
     assert.equal(e.status, 'success', JSON.stringify(e));
     assert.equal(await hostName(e.uuid), volHost);
+    const wereRunning = new Set(
+      (await api.daemon.store.read((tx) => tx.instances.all()))
+        .filter((i) => i.state === 'running' && i.id !== e.uuid)
+        .map((i) => i.id),
+    );
     await api.daemon.services.hosts.mark(volHost, 'draining');
     const stop = await api.call('PUT', `/v1/instances/${e.uuid}/stop`, token);
     assert.equal(stop.status, 200, stop.text);
@@ -306,7 +311,17 @@ describe('many hosts on one PostgreSQL', { skip }, () => {
     assert.equal(again.status, 'error');
     assert.match(again.message, new RegExp(`volume 'data' is on one host .*host '${volHost}' is being drained`));
     await api.daemon.services.hosts.mark(volHost, 'live');
+    // the drain moved the other instances of that host meanwhile: the next test starts when they run again
+    const pending = async () =>
+      (await api.daemon.store.read((tx) => tx.instances.all()))
+        .filter((i) => wereRunning.has(i.id) && i.state !== 'running')
+        .map((i) => `${i.name} ${i.state}`);
+    for (let t = 0; (await pending()).length > 0; t++) {
+      assert.ok(t < 100, `still not running again: ${(await pending()).join(', ')}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
   });
+
   test('an agent cut off from PostgreSQL stops acting; its instance moves; it rejoins with a new epoch', async () => {
     // h4 reaches the store through a unix-socket relay the test can cut
     const relayDir = mkdtempSync(join(tmpdir(), 'uh-pgrelay-'));

@@ -153,17 +153,28 @@ export function tlsGet(port: number, fqdn: string, ca: string): Promise<string> 
   });
 }
 
-/** The argv of an agent process (`unihost serve --role agent`) on `storeUrl`, its data dir and config file. */
-export function agentArgv(o: { name: string; dir: string; storeUrl: string; config: string }): string[] {
+/**
+ * The argv of an agent process (`unihost serve --role agent`, or `roles`) on
+ * `storeUrl`, its data dir and config file; `address`: its host address.
+ */
+export function agentArgv(o: {
+  name: string;
+  dir: string;
+  storeUrl: string;
+  config: string;
+  roles?: string;
+  address?: string;
+}): string[] {
   return [
     '--import',
     'tsx',
     join(ROOT, 'src/cli/main.ts'),
     'serve',
     '--role',
-    'agent',
+    o.roles ?? 'agent',
     '--host-name',
     o.name,
+    ...(o.address ? ['--host-address', o.address] : []),
     '--data-dir',
     o.dir,
     '--store',

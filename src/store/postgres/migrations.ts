@@ -253,4 +253,7 @@ export const PG_MIGRATIONS: string[] = [
   CREATE TABLE blob_chunks (digest text NOT NULL, seq integer NOT NULL, data bytea NOT NULL, PRIMARY KEY (digest, seq));
   CREATE TABLE blobs (digest text PRIMARY KEY, size bigint NOT NULL, chunks integer NOT NULL);
   `,
+  /* 8: SQLite migration 11 (network slots) */ `
+  ALTER TABLE hosts ADD COLUMN net_slot integer;
+  `,
 ];

@@ -322,4 +322,7 @@ export const MIGRATIONS: string[] = [
   CREATE TABLE blob_chunks (digest TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (digest, seq));
   CREATE TABLE blobs (digest TEXT PRIMARY KEY, size INTEGER NOT NULL, chunks INTEGER NOT NULL);
   `,
+  /* 11: many hosts (issue 22): each host's slot on the private network (its gateway address and bridge MAC) */ `
+  ALTER TABLE hosts ADD COLUMN net_slot INTEGER;
+  `,
 ];
