@@ -105,6 +105,7 @@ export const ConfigFileSchema = Obj({
     address: Type.String({ maxLength: 45 }),
     leaseMs: Type.Integer({ minimum: 1000, maximum: 600_000 }),
     watchdog: OneOf('auto', 'on', 'off'),
+    agentPort: Int(0, 65535),
   }),
 });
 

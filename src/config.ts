@@ -63,6 +63,12 @@ export interface Config {
      * when the store is PostgreSQL (other hosts may take the instances over)
      */
     watchdog: 'auto' | 'on' | 'off';
+    /**
+     * the agent's port on its address, where API servers of other hosts read
+     * the console logs of its instances (docs/hosts.md); 0 = any free port
+     * (published in the store)
+     */
+    agentPort: number;
   };
 }
 
@@ -290,7 +296,7 @@ export const DEFAULTS: Config = {
   },
   store: { url: '', resyncMs: 30_000 },
   roles: ['api', 'agent', 'gateway'],
-  host: { name: hostname(), address: '', leaseMs: 10_000, watchdog: 'auto' },
+  host: { name: hostname(), address: '', leaseMs: 10_000, watchdog: 'auto', agentPort: 7879 },
   machines: {
     driver: 'qemu',
     accel: 'auto',

@@ -1,4 +1,6 @@
 import { readFileSync } from 'node:fs';
+import { AgentServer, hasInstanceDir } from './agent-server.js';
+import { LocalConsoles } from './machines/console-log.js';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { logDestination } from './log.js';
@@ -90,10 +92,12 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
   let api: FastifyInstance | undefined;
   let pruner: NodeJS.Timeout | undefined;
   let control: ControlSocket | undefined;
+  let agentServer: AgentServer | undefined;
   const close = async () => {
     clearInterval(pruner);
     await api?.close();
     await control?.stop();
+    await agentServer?.stop();
     metrics?.stop();
     for (const c of [...started].reverse()) await c.stop();
     await store.close();
@@ -104,6 +108,25 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
     const ref: { machines?: MachineController } = {};
     if (config.roles.includes('agent')) {
       const claim = hostClaim(config);
+      // other hosts' API servers read the console logs of this host's instances here (docs/hosts.md)
+      if (config.host.address) {
+        const local = new LocalConsoles((id) => services.paths.instance(id));
+        agentServer = new AgentServer({
+          address: config.host.address,
+          port: config.host.agentPort,
+          key: claim.holder,
+          consoles: local,
+          known: hasInstanceDir((id) => services.paths.instance(id)),
+          log: logger,
+        });
+        claim.agentPort = await agentServer.start().catch((e: unknown) => {
+          logger.warn(
+            { err: e },
+            'the agent server could not listen: other hosts cannot read this host’s console logs',
+          );
+          return null;
+        });
+      }
       const host = await registerHost(store, claim, services.clock);
       services.hostId = host.id;
       services.hostSlot = host.net_slot ?? 0;

@@ -23,6 +23,8 @@ export interface HostClaim {
   vcpus: number | null;
   /** the private network: the host's slot gives its gateway address in it */
   subnet: Subnet;
+  /** the port its agent serves console logs on (src/agent-server.ts); null: none */
+  agentPort: number | null;
 }
 
 /**
@@ -58,6 +60,7 @@ export function hostClaim(config: Config): HostClaim {
     memoryMb: hostMemoryBudgetMb(config.capacity),
     vcpus: Number.isFinite(vcpus) ? vcpus : null,
     subnet: parseSubnet(config.subnet),
+    agentPort: null,
   };
 }
 
@@ -77,7 +80,12 @@ export async function registerHost(store: Store, claim: HostClaim, clock: Clock)
     await tx.lock(ADMISSION);
     const now = Date.now(); // leases are on the wall clock (src/domain/hosts.ts)
     const lease = new Date(now + claim.leaseMs).toISOString();
-    const figures = { address: claim.address || null, memory_mb: claim.memoryMb, vcpus: claim.vcpus };
+    const figures = {
+      address: claim.address || null,
+      memory_mb: claim.memoryMb,
+      vcpus: claim.vcpus,
+      agent_port: claim.agentPort,
+    };
     let host = await tx.hosts.getByName(claim.name);
     if (!host) {
       host = {

@@ -1,4 +1,5 @@
 import type { Clock } from '../clock.js';
+import { HostConsoles } from './consoles.js';
 import { systemClock } from '../clock.js';
 import type { Config } from '../config.js';
 import { parseSubnet } from '../network/address.js';
@@ -53,6 +54,8 @@ export function createServices(config: Config, store: Store, clock: Clock = syst
     figures: new StoreFigures(store, () => clock.now()),
     consoles: new LocalConsoles((id) => paths.instance(id)),
   };
+  // with several hosts, the log of an instance that ran on another host is read from its agent
+  base.consoles = new HostConsoles({ store, hostId: () => base.hostId, local: base.consoles });
   const s = base as Services;
   s.users = new UserService(store, config);
   s.instances = new InstanceService(s);

@@ -321,6 +321,8 @@ export interface HostRec {
    * null: not taken yet (a row from before slots existed).
    */
   net_slot: number | null;
+  /** where the agent serves its instances' console logs on its address (src/agent-server.ts); null: nowhere */
+  agent_port: number | null;
 }
 
 export interface ServiceEntry {

@@ -391,4 +391,38 @@ describe('many hosts on one PostgreSQL', { skip }, () => {
     await gone;
     rmSync(relayDir, { recursive: true, force: true });
   });
+
+  test('the console log of an instance on another host is read from its agent; a host gone is a clear error', async () => {
+    // h5 has an address: it serves its instances' console logs there (loopback here), on a port the kernel chose
+    const h5 = await agent('h5', {
+      host: { ...DEFAULTS.host, name: 'h5', address: '127.0.0.1', agentPort: 0, leaseMs: LEASE_MS, watchdog: 'off' },
+    });
+    agents.h5 = h5;
+    const s = api.daemon.services.hosts;
+    const others = (await hosts()).map((h) => h.name).filter((n) => n !== 'h5');
+    for (const h of others) await s.mark(h, 'cordoned');
+    const e = await create(api, { name: 'far', memory_mb: 64, wait_timeout_ms: 5000 });
+    for (const h of others) await s.mark(h, 'live');
+    assert.equal(await hostName(e.uuid), 'h5');
+    const row = (await api.daemon.store.read((tx) => tx.hosts.getByName('h5')))!;
+    assert.ok(row.agent_port && row.agent_port > 0, 'the port it listens on is in the store');
+    // read through an API server of no host (api2) and through the agent of another (api, h1)
+    for (const via of [api2, api]) {
+      const r = await via.call('GET', '/v1/instances/log', token, { uuid: e.uuid, offset: 0, limit: 4096 });
+      assert.equal(r.status, 200, r.text);
+      const out = Buffer.from(entries(r)[0].output, 'base64').toString('utf8');
+      assert.match(out, /memory VM: booting/, r.text);
+    }
+    // the agent's server asks for the agent key
+    const bad = await fetch(`http://127.0.0.1:${row.agent_port}/agent/v1/consoles/${e.uuid}?offset=0&limit=10`, {
+      headers: { authorization: 'Bearer not-the-key' },
+    });
+    assert.equal(bad.status, 401);
+    await h5.close();
+    delete agents.h5;
+    const r = await api2.call('GET', '/v1/instances/log', token, { uuid: e.uuid, offset: 0, limit: 4096 });
+    assert.equal(r.body.status, 'error', r.text);
+    assert.match(entries(r)[0].message, /kept by host 'h5' \(127\.0\.0\.1\), which did not answer/);
+    await api.call('DELETE', `/v1/instances/${e.uuid}`, token);
+  });
 });

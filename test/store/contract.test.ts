@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import { openStore } from '../../src/store/open.js';
 import type { FeedEvent, InstanceRec, Store, Tx } from '../../src/store/types.js';
 import { NEVER_RUN, fire, specDefaults } from '../../src/domain/instance-states.js';
@@ -260,3 +261,28 @@ for (const kind of KINDS) {
     });
   });
 }
+
+describe(
+  'PostgreSQL: a rolling upgrade changes the schema under prepared statements',
+  { skip: requirePart(postgresMissing()) },
+  () => {
+    test('a column another process adds breaks no read or transaction of this one', async () => {
+      const url = await testPostgres().createDb();
+      const store = await openStore(url, '/nonexistent/unused.db');
+      const other = new pg.Client({ connectionString: url });
+      try {
+        await store.tx((tx) => tx.users.insert(user('dora')));
+        // every pooled connection prepares `SELECT * FROM users ...`
+        await Promise.all(Array.from({ length: 8 }, () => store.read((tx) => tx.users.getByName('dora'))));
+        await store.tx((tx) => tx.users.getByName('dora'));
+        await other.connect();
+        await other.query('ALTER TABLE users ADD COLUMN added_by_a_newer_version integer');
+        for (let k = 0; k < 12; k++) assert.equal((await store.read((tx) => tx.users.getByName('dora')))?.name, 'dora');
+        for (let k = 0; k < 4; k++) assert.equal((await store.tx((tx) => tx.users.getByName('dora')))?.name, 'dora');
+      } finally {
+        await other.end();
+        await store.close();
+      }
+    });
+  },
+);

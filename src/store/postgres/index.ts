@@ -45,6 +45,15 @@ export const isUnreachable = (e: unknown): boolean => {
   );
 };
 
+/**
+ * A statement this connection prepared before another process changed the
+ * schema under it (a rolling upgrade added a column: `SELECT *` answers
+ * with another row type). The connection's copy never heals: it is dropped,
+ * and the statement runs again on another.
+ */
+export const isStalePlan = (e: unknown): boolean =>
+  codeOf(e) === '0A000' && /cached plan must not change result type/.test((e as Error)?.message ?? '');
+
 /** int8 (sizes, times in µs, revisions) as numbers: they stay far below 2^53. */
 const types = {
   getTypeParser: ((oid: number, format?: string) =>
@@ -105,7 +114,20 @@ export class PostgresStore implements Store {
     readonly target: PgTarget,
     private readonly log: (msg: string, e?: unknown) => void,
   ) {
-    const q: Query = async (text, params) => (await pool.query(named(text, params))).rows as Row[];
+    const q: Query = async (text, params) => {
+      for (let attempt = 1; ; attempt++) {
+        const c = await pool.connect();
+        try {
+          const rows = (await c.query(named(text, params))).rows as Row[];
+          c.release();
+          return rows;
+        } catch (e) {
+          // a connection with a stale statement is dropped; another may have one too (one per connection)
+          c.release(isStalePlan(e) || isUnreachable(e));
+          if (!isStalePlan(e) || attempt > (pool.options.max ?? 10)) throw e;
+        }
+      }
+    };
     this.reader = this.cache.wrap(makeTx(q, null));
     this.feed = new Feed(
       {
@@ -242,7 +264,7 @@ export class PostgresStore implements Store {
         }
         if (isUnihostError(e)) throw e;
         if (isUnreachable(e)) throw unavailable(this.target, e);
-        if (!RETRY_CODES.has(codeOf(e))) throw e;
+        if (!RETRY_CODES.has(codeOf(e)) && !isStalePlan(e)) throw e;
         if (attempt >= MAX_ATTEMPTS)
           throw err(
             'UH_CONFLICT',
@@ -298,7 +320,7 @@ export class PostgresStore implements Store {
       }
       return { result, rev };
     } catch (e) {
-      broken = isUnreachable(e);
+      broken = isUnreachable(e) || isStalePlan(e);
       throw e;
     } finally {
       // session locks outlive the transaction: released before the connection goes back (a broken one is dropped)

@@ -256,4 +256,7 @@ export const PG_MIGRATIONS: string[] = [
   /* 8: SQLite migration 11 (network slots) */ `
   ALTER TABLE hosts ADD COLUMN net_slot integer;
   `,
+  /* 9: SQLite migration 12 (agent ports) */ `
+  ALTER TABLE hosts ADD COLUMN agent_port integer;
+  `,
 ];

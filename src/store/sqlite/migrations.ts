@@ -325,4 +325,7 @@ export const MIGRATIONS: string[] = [
   /* 11: many hosts (issue 22): each host's slot on the private network (its gateway address and bridge MAC) */ `
   ALTER TABLE hosts ADD COLUMN net_slot INTEGER;
   `,
+  /* 12: many hosts (issue 22): the port where an agent serves its instances' console logs to API servers */ `
+  ALTER TABLE hosts ADD COLUMN agent_port INTEGER;
+  `,
 ];
