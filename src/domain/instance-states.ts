@@ -15,6 +15,7 @@ export type InstanceTrigger =
   | 'exited' // VM ended (any cause), or a stop completed with no VM to end
   | 'slept' // the VM of an idle scale-to-zero master ended: it waits in standby for traffic
   | 'idle' // scale-to-zero: no traffic for one cooldown
+  | 'stop-for-good' // PUT stop during a stop that would end in standby (a suspend, a scale-to-zero sleep): stopped instead
   | 'wake' // request for a standby instance
   | 'templated'; // its memory went to a template's snapshot (or it had one, in standby): it is a template now
 
@@ -37,6 +38,8 @@ export const INSTANCE_TRANSITIONS: ReadonlyArray<readonly [InstanceState, Instan
   ['draining', 'exited', 'stopped'],
   ['stopping', 'stop-force', 'stopping'],
   ['stopping', 'exited', 'stopped'],
+  ['stopping', 'stop-for-good', 'stopping'],
+  ['draining', 'stop-for-good', 'draining'],
   ['stopping', 'slept', 'standby'],
   ['standby', 'stop', 'stopped'],
   ['standby', 'stop-force', 'stopped'],

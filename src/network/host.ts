@@ -72,6 +72,10 @@ export class HostNetwork implements NetworkDriver {
   /** the bridge's VXLAN port when it is joined to other hosts (`vx` + bridge: never a tap name) */
   readonly vxlan: string;
   private overlay: Overlay | null = null;
+  /** the VXLAN forwarding entries as last written (`"<mac> <dst>"`); null: read them from the kernel first */
+  private fdb: Set<string> | null = null;
+  /** the ruleset as last applied: an unchanged one is not applied again, except to repair ('' = unknown) */
+  private lastRules = '';
   private readonly run: Runner;
   private readonly guestToHost: { udp: number[]; tcp: number[] };
   private readonly taps = new Map<string, TapSpec>();
@@ -112,8 +116,12 @@ export class HostNetwork implements NetworkDriver {
   setup(): Promise<void> {
     return this.serial(async () => {
       await this.ensureBridge();
-      if (this.overlay) await this.ensureOverlay(this.overlay);
-      await this.applyRules();
+      if (this.overlay) {
+        await this.ensureVxlanPort(this.overlay);
+        this.fdb = null;
+        await this.syncFdb(this.overlay);
+      }
+      await this.applyRules(true);
     });
   }
 
@@ -138,10 +146,25 @@ export class HostNetwork implements NetworkDriver {
         if (!/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/.test(mac)) throw new Error(`bad MAC '${mac}' in the overlay`);
     }
     return this.serial(async () => {
+      const prev = this.overlay;
       this.overlay = o;
-      if (o) await this.ensureOverlay(o);
-      else if (await this.linkExists(this.vxlan)) await this.ip('link', 'del', 'dev', this.vxlan);
-      await this.applyRules();
+      try {
+        if (o) {
+          // the port is made once (again when its id or address changes); later changes are forwarding entries
+          if (!prev || prev.vni !== o.vni || prev.local !== o.local || this.fdb === null) {
+            await this.ensureVxlanPort(o);
+            this.fdb = null;
+          }
+          await this.syncFdb(o);
+        } else {
+          this.fdb = null;
+          if (await this.linkExists(this.vxlan)) await this.ip('link', 'del', 'dev', this.vxlan);
+        }
+        await this.applyRules();
+      } catch (e) {
+        this.fdb = null; // read back from the kernel at the next try
+        throw e;
+      }
     });
   }
 
@@ -228,7 +251,7 @@ export class HostNetwork implements NetworkDriver {
       await this.ensureTapDevices([...want.keys()]);
       this.taps.clear();
       for (const [k, v] of want) this.taps.set(k, v);
-      await this.applyRules();
+      await this.applyRules(true);
       const removed = have.filter((t) => !want.has(t));
       for (const t of removed) await this.deleteTapDevice(t);
       return { created, removed };
@@ -241,6 +264,8 @@ export class HostNetwork implements NetworkDriver {
       for (const t of await this.ourTaps()) await this.deleteTapDevice(t);
       this.taps.clear();
       this.overlay = null;
+      this.fdb = null;
+      this.lastRules = '';
       if (await this.linkExists(this.vxlan)) await this.ip('link', 'del', 'dev', this.vxlan);
       if (await this.linkExists(this.bridge)) await this.ip('link', 'del', 'dev', this.bridge);
       await this.run(['nft', '-f', '-'], renderDelete(this.table));
@@ -313,8 +338,8 @@ export class HostNetwork implements NetworkDriver {
     await this.ip('addr', 'replace', want, 'dev', br);
   }
 
-  /** The VXLAN port as `o` wants it (made again when its id or address changed), then its forwarding entries. */
-  private async ensureOverlay(o: Overlay): Promise<void> {
+  /** The VXLAN port as `o` wants it (made again when its id or address changed), on the bridge and up. */
+  private async ensureVxlanPort(o: Overlay): Promise<void> {
     const vx = this.vxlan;
     const [have] = (await this.linkExists(vx)) ? await this.links('dev', vx) : [];
     const d = have?.linkinfo?.info_data;
@@ -328,19 +353,26 @@ export class HostNetwork implements NetworkDriver {
     }
     if (have?.master !== this.bridge) await this.ip('link', 'set', 'dev', vx, 'addrgenmode', 'none');
     await this.ip('link', 'set', 'dev', vx, 'master', this.bridge, 'up');
-    await this.syncFdb(o);
   }
 
-  /** Makes the VXLAN port's forwarding entries (those with a `dst`) exactly the overlay's, in one `bridge -batch`. */
+  /**
+   * Makes the VXLAN port's forwarding entries (those with a `dst`) exactly
+   * the overlay's, in one `bridge -batch`: against those last written, or
+   * those the kernel has (at the first call, and after a repair or failure).
+   */
   private async syncFdb(o: Overlay): Promise<void> {
     const zero = '00:00:00:00:00:00';
     const want = new Set<string>();
     for (const p of o.peers) want.add(`${zero} ${p.address}`).add(`${p.mac} ${p.address}`);
     for (const r of o.remote) want.add(`${r.mac} ${r.host}`);
-    const out = await this.run(['bridge', '-j', 'fdb', 'show', 'dev', this.vxlan]);
-    const have = (out.trim() ? (JSON.parse(out) as { mac: string; dst?: string }[]) : [])
-      .filter((e) => e.dst)
-      .map((e) => `${e.mac} ${e.dst}`);
+    const fromKernel = this.fdb === null;
+    let have = this.fdb ? [...this.fdb] : [];
+    if (fromKernel) {
+      const out = await this.run(['bridge', '-j', 'fdb', 'show', 'dev', this.vxlan]);
+      have = (out.trim() ? (JSON.parse(out) as { mac: string; dst?: string }[]) : [])
+        .filter((e) => e.dst)
+        .map((e) => `${e.mac} ${e.dst}`);
+    }
     const lines: string[] = [];
     for (const e of have) if (!want.has(e)) lines.push(fdbLine('del', e, this.vxlan));
     const haveSet = new Set(have);
@@ -348,8 +380,10 @@ export class HostNetwork implements NetworkDriver {
       if (!haveSet.has(e)) lines.push(fdbLine(e.startsWith(zero) ? 'append' : 'replace', e, this.vxlan));
     // An instance that moved here from another host: the bridge learned its MAC on the VXLAN port
     // and would send its frames there until it speaks first. Its tap's entry is pinned instead.
-    for (const t of this.taps.values()) lines.push(pinLine(t));
+    // (taps made while the overlay is on are pinned as they are made: ensureTap)
+    if (fromKernel) for (const t of this.taps.values()) lines.push(pinLine(t));
     if (lines.length) await this.run(['bridge', '-batch', '-'], lines.join('\n') + '\n');
+    this.fdb = want;
   }
 
   /**
@@ -382,7 +416,8 @@ export class HostNetwork implements NetworkDriver {
     await this.ip('neigh', 'flush', 'to', ip, 'dev', this.bridge).catch(() => undefined);
   }
 
-  private async applyRules(): Promise<void> {
+  /** Applies the ruleset of the known taps (and overlay); an unchanged one only when `force` (a repair). */
+  private async applyRules(force = false): Promise<void> {
     const script = renderRules(
       {
         bridge: this.bridge,
@@ -402,7 +437,10 @@ export class HostNetwork implements NetworkDriver {
       },
       [...this.taps.values()],
     );
+    if (!force && script === this.lastRules) return;
+    this.lastRules = '';
     await this.run(['nft', '-f', '-'], script);
+    this.lastRules = script;
   }
 }
 

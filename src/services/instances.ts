@@ -228,6 +228,15 @@ export class InstanceService {
               stop_code: null,
             }
           : { stop_request };
+      // A stop that would end in standby (a suspend or a scale-to-zero sleep under way) ends stopped
+      // instead: its VM goes on stopping as it was, but keeps no memory and wakes for nothing.
+      const req = inst.stop_request;
+      if ((inst.state === 'stopping' || inst.state === 'draining') && req?.standby) {
+        const { standby: _standby, snapshot, ...rest } = req;
+        const plain = snapshot === 'template' ? { ...rest, snapshot } : rest;
+        await fire(tx, inst, 'stop-for-good', { stop_request: plain }, { resetRestarts: true });
+        return { uuid: inst.id, name: inst.name, state: inst.state, previous_state: inst.state };
+      }
       // A manual stop always aborts a restart sequence, even on a stopped instance.
       const after = await fire(tx, inst, trigger, withoutVm, { resetRestarts: true });
       return { uuid: inst.id, name: inst.name, state: after?.state ?? inst.state, previous_state: inst.state };

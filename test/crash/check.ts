@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import pg from 'pg';
 import { connect as tlsConnect } from 'node:tls';
 import { request } from 'undici';
 import { GATEWAY_PORT_OFFSET } from './daemon.js';
@@ -130,22 +131,43 @@ function qemusOf(dataDir: string): Map<number, string> {
 const endedAfterStart = (r: Row): boolean =>
   r.stopped_at !== null && (r.started_at === null || String(r.stopped_at) >= String(r.started_at));
 
-/** Instances in a state that is not an end state, or whose VM does not match its state. */
-export async function converged(dataDir: string): Promise<string[]> {
+/** Runs read-only queries on the daemon's store: SQLite in the data dir, or PostgreSQL at `storeUrl`. */
+async function storeQuery<T>(
+  dataDir: string,
+  storeUrl: string | undefined,
+  fn: (all: (sql: string) => Promise<Row[]>) => Promise<T>,
+): Promise<T> {
+  if (storeUrl) {
+    const c = new pg.Client({ connectionString: storeUrl });
+    await c.connect();
+    try {
+      return await fn(async (sql) => (await c.query(sql)).rows as Row[]);
+    } finally {
+      await c.end();
+    }
+  }
   const db = new Database(join(dataDir, 'unihost.db'), { readonly: true, fileMustExist: true });
   try {
-    const rows = db
-      .prepare(
-        `SELECT id, name, state, desired, runtime, restart_next_at, started_at, stopped_at
-           FROM instances JOIN instance_status USING (id)`,
-      )
-      .all() as Row[];
+    return await fn(async (sql) => db.prepare(sql).all() as Row[]);
+  } finally {
+    db.close();
+  }
+}
+
+/** Instances in a state that is not an end state, or whose VM does not match its state. */
+export async function converged(dataDir: string, storeUrl?: string): Promise<string[]> {
+  return storeQuery(dataDir, storeUrl, async (all) => {
+    const rows = await all(
+      `SELECT id, name, state, desired, runtime, restart_next_at, started_at, stopped_at
+         FROM instances JOIN instance_status USING (id)`,
+    );
     const out: string[] = [];
     const qemus = qemusOf(dataDir);
     const pidsOf = new Map<string, number[]>();
     for (const [pid, id] of qemus) pidsOf.set(id, [...(pidsOf.get(id) ?? []), pid]);
     for (const r of rows) {
-      const pid = (JSON.parse(String(r.runtime ?? '{}')) as { pid?: number }).pid;
+      const runtime = typeof r.runtime === 'string' ? JSON.parse(r.runtime) : (r.runtime ?? {});
+      const pid = (runtime as { pid?: number }).pid;
       const where = `${String(r.name)} (${String(r.id)}): state ${String(r.state)}, desired ${String(r.desired)}`;
       if (!['running', 'stopped', 'standby'].includes(String(r.state))) out.push(`${where}: not settled`);
       else if (r.state === 'running' && !(pid && alive(pid))) out.push(`${where}: running without a live VM`);
@@ -156,20 +178,16 @@ export async function converged(dataDir: string): Promise<string[]> {
         out.push(`${where}: wanted running, nothing will start it`);
     }
     // certificates of custom domains in use: an order (or its retry) still to come is not settled
-    const certs = db
-      .prepare(
-        `SELECT c.id, c.common_name, c.validation_attempt FROM certificates c
-          WHERE c.state = 'pending' AND EXISTS (SELECT 1 FROM domains d WHERE d.certificate_id = c.id)`,
-      )
-      .all() as Row[];
+    const certs = await all(
+      `SELECT c.id, c.common_name, c.validation_attempt FROM certificates c
+        WHERE c.state = 'pending' AND EXISTS (SELECT 1 FROM domains d WHERE d.certificate_id = c.id)`,
+    );
     for (const c of certs)
       out.push(
         `certificate ${String(c.common_name)} (${String(c.id)}): pending after ${String(c.validation_attempt)} attempts`,
       );
     return out;
-  } finally {
-    db.close();
-  }
+  });
 }
 
 export async function check(
@@ -179,6 +197,8 @@ export async function check(
   ledger: Ledger,
   /** the ACME authority's root (ACME on): custom domains must be served with a certificate under it */
   acmeRoot?: string,
+  /** the store, when it is PostgreSQL */
+  storeUrl?: string,
 ): Promise<CheckResult> {
   const lost: string[] = [];
   const notConverged: string[] = [];
@@ -300,5 +320,5 @@ export async function check(
       if (e.isDirectory() && known.has(e.name) && !running.has(e.name))
         leftovers.push(`${ctl} cgroup of ${e.name} without a VM`);
   }
-  return { lost, leftovers, notConverged: [...notConverged, ...(await converged(dataDir))], late };
+  return { lost, leftovers, notConverged: [...notConverged, ...(await converged(dataDir, storeUrl))], late };
 }

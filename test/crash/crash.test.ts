@@ -13,6 +13,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
 import { hasPebble } from '../helpers/pebble.js';
+import { postgresMissing, testPostgres } from '../helpers/postgres.js';
+import { requirePart } from '../helpers/require.js';
 import { describeReport, runCrash } from './run.js';
 
 const ACME = hasPebble();
@@ -54,4 +56,29 @@ if (!insideTestNetns()) {
     assert.deepEqual(r.leftovers, [], text);
     assert.deepEqual(r.notConverged, [], text);
   });
+  // the many-hosts store (docs/hosts.md): the same daemon on PostgreSQL, with its host lease and the
+  // watchdog that ends its VMs when the lease runs out; an API server killed mid-request loses nothing
+  test(
+    'on PostgreSQL: SIGKILLs of the daemon during mixed operations lose nothing acknowledged',
+    { skip: requirePart(postgresMissing()) },
+    async () => {
+      const url = await testPostgres().createDb();
+      const r = await runCrash({
+        ops: 120,
+        kills: 3,
+        clients: 4,
+        seed: Number(process.env.UNIHOST_CRASH_SEED ?? 20261128),
+        maxInstances: 1,
+        storeUrl: url,
+        say: () => undefined,
+      });
+      const text = describeReport(r);
+      process.stderr.write(`PostgreSQL:\n${text}\n`);
+      assert.ok(r.acknowledged > 30, `enough acknowledged writes to mean something:\n${text}`);
+      assert.ok(r.killsInFlight >= 2, `at least 2 of the 3 kills interrupted requests in flight:\n${text}`);
+      assert.deepEqual(r.lost, [], text);
+      assert.deepEqual(r.leftovers, [], text);
+      assert.deepEqual(r.notConverged, [], text);
+    },
+  );
 }

@@ -18,6 +18,8 @@ export interface DaemonSpec {
   dataDir: string;
   port: number;
   guestOut: string;
+  /** a PostgreSQL store (else SQLite in the data dir) */
+  storeUrl?: string;
   /** custom domains' certificates from this ACME authority (test/helpers/pebble.ts); none: ACME off */
   acme?: { directory: string; directoryCa: string };
 }
@@ -49,6 +51,7 @@ export class CrashDaemon {
         listen: `127.0.0.1:${spec.port}`,
         subnet: '10.83.0.0/24',
         logLevel: 'info',
+        ...(spec.storeUrl ? { store: { url: spec.storeUrl } } : {}),
         // the gateway (HAProxy, killed too) and the .internal DNS run, as in production
         network: { enabled: true, bridge: 'uhcrash0', dns: true },
         gateway: { enabled: true, listen: '127.0.0.1', portOffset: GATEWAY_PORT_OFFSET },

@@ -41,6 +41,8 @@ export interface CrashOptions {
    * must be valid and served by the gateway (needs Debian's pebble)
    */
   acme?: boolean;
+  /** the store: a PostgreSQL URL (the many-hosts store; its lease and watchdog on); default SQLite in the data dir */
+  storeUrl?: string;
   /** progress lines (stderr by default) */
   say?: (line: string) => void;
 }
@@ -86,6 +88,7 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
     dataDir,
     port: 7990,
     guestOut: guestOut(),
+    ...(o.storeUrl ? { storeUrl: o.storeUrl } : {}),
     ...(pebble ? { acme: { directory: pebble.directory, directoryCa: pebble.directoryCa } } : {}),
   });
   const ledger = new Ledger();
@@ -166,12 +169,12 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
     daemonKills++;
     await d.start(token);
     const end = Date.now() + 180_000;
-    let pending = await converged(dataDir);
+    let pending = await converged(dataDir, o.storeUrl);
     while (pending.length > 0 && Date.now() < end) {
       await sleep(500);
-      pending = await converged(dataDir);
+      pending = await converged(dataDir, o.storeUrl);
     }
-    const result = await check(d.url, token, dataDir, ledger, pebble && (await pebble.root()));
+    const result = await check(d.url, token, dataDir, ledger, pebble && (await pebble.root()), o.storeUrl);
     return {
       seed: o.seed,
       ops: ledger.ops,
@@ -235,6 +238,7 @@ async function main(): Promise<void> {
       seed: { type: 'string' },
       'max-instances': { type: 'string', default: '2' },
       'no-acme': { type: 'boolean', default: false },
+      store: { type: 'string' },
     },
   });
   const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
@@ -245,6 +249,7 @@ async function main(): Promise<void> {
     seed,
     maxInstances: Number(values['max-instances']),
     acme: !values['no-acme'] && hasPebble(),
+    ...(values.store ? { storeUrl: values.store } : {}),
   };
   process.stderr.write(`crash harness: ${JSON.stringify(opts)} (replay with --seed ${seed})\n`);
   const r = await runCrash(opts);
