@@ -5,10 +5,11 @@ import { NameTable } from './dns-names.js';
 import { follow, RetryingQueue } from './engine.js';
 import type { NetworkDriver, Overlay, TapSpec } from '../network/driver.js';
 import { tapName } from '../network/host.js';
-import type { GuestAddress, InstanceRec } from '../store/types.js';
+import type { GuestAddress, HostRec, InstanceRec } from '../store/types.js';
 
-/** The name-table queue's key of the hosts' network. */
+/** The queue's keys of the hosts' network and of the hosts (instance ids are the others). */
 const OVERLAY = '#overlay';
+const HOSTS = '#hosts';
 
 /** What the machine controller needs from the network to boot a VM. */
 export interface NetworkHooks {
@@ -33,7 +34,11 @@ export class NetworkController implements Controller, NetworkHooks {
   /** the `.internal` names, kept from the change feed (queries never read the store) */
   readonly names = new NameTable();
   private off: (() => void) | null = null;
-  private offOverlay: (() => void) | null = null;
+  /** this agent's host is joined to the others (it has an address) */
+  private overlayOn = false;
+  /** the hosts, and where each instance with an address is: kept from the change feed for the overlay */
+  private hosts: HostRec[] = [];
+  private readonly placed = new Map<string, { ip: string; mac: string; userId: string; hostId: string }>();
   private readonly queue: RetryingQueue;
   /** the overlay last given to the driver, as JSON ('' before the first) */
   private overlayKey = '';
@@ -54,11 +59,42 @@ export class NetworkController implements Controller, NetworkHooks {
     );
   }
 
-  /** Re-reads one instance for the name table, or all of them (`*`); `overlay`: the hosts' network. */
+  /**
+   * Re-reads one instance for the name table and the overlay's placement,
+   * or all of them (`*`); `HOSTS`: the hosts; `OVERLAY`: writes the hosts'
+   * network from what is kept (no store read).
+   */
   private async refresh(key: string): Promise<void> {
     if (key === OVERLAY) return this.refreshOverlay();
-    if (key === '*') this.names.reset(await this.s.store.read((tx) => tx.instances.all()));
-    else this.names.set(key, await this.s.store.read((tx) => tx.instances.getAny(key)));
+    if (key === HOSTS) {
+      this.hosts = await this.s.store.read((tx) => tx.hosts.list());
+      void this.queue.kick(OVERLAY);
+    } else if (key === '*') {
+      const [all, hosts] = await this.s.store.read(
+        async (tx) => [await tx.instances.all(), await tx.hosts.list()] as const,
+      );
+      this.names.reset(all);
+      this.hosts = hosts;
+      this.placed.clear();
+      for (const i of all) this.place(i.id, i);
+      if (this.overlayOn) void this.queue.kick(OVERLAY);
+    } else {
+      const inst = await this.s.store.read((tx) => tx.instances.getAny(key));
+      this.names.set(key, inst);
+      if (this.place(key, inst) && this.overlayOn) void this.queue.kick(OVERLAY);
+    }
+  }
+
+  /** Keeps where an instance with an address is; true when that changed (the overlay must follow). */
+  private place(id: string, inst: InstanceRec | undefined): boolean {
+    const old = this.placed.get(id);
+    if (!inst?.private_ip || !inst.nic_id || !inst.host_id) {
+      this.placed.delete(id);
+      return old !== undefined;
+    }
+    const p = { ip: inst.private_ip, mac: inst.mac ?? macFor(inst.nic_id), userId: inst.user_id, hostId: inst.host_id };
+    this.placed.set(id, p);
+    return !old || old.ip !== p.ip || old.mac !== p.mac || old.userId !== p.userId || old.hostId !== p.hostId;
   }
 
   /** The instance's tap; `guest` (a VM restored from a template's memory) is translated to the instance's address. */
@@ -75,24 +111,21 @@ export class NetworkController implements Controller, NetworkHooks {
 
   /**
    * This host's part in the private network across hosts (docs/hosts.md),
-   * read from the store: the other hosts that are not dead, and the
-   * instances placed on them. Only an agent with a host address joins.
+   * from what the change feed keeps here: the other hosts that are not
+   * dead, and the instances placed on them. Only an agent with a host
+   * address joins.
    */
-  private async overlay(): Promise<Overlay | null> {
-    const { hosts, instances } = await this.s.store.read(async (tx) => ({
-      hosts: await tx.hosts.list(),
-      instances: await tx.instances.all(),
-    }));
+  private overlay(): Overlay | null {
+    const hosts = this.hosts;
     const me = hosts.find((h) => h.id === this.s.hostId);
     if (!me?.address) return null;
     const subnet = parseSubnet(this.s.config.subnet);
     const peers = new Map(
       hosts.filter((h) => h.id !== me.id && h.address && h.state !== 'dead').map((h) => [h.id, h] as const),
     );
-    const remote = instances.flatMap((i) => {
-      const h = i.host_id ? peers.get(i.host_id) : undefined;
-      if (!h || !i.private_ip || !i.nic_id) return [];
-      return [{ ip: i.private_ip, mac: i.mac ?? macFor(i.nic_id), userId: i.user_id, host: h.address! }];
+    const remote = [...this.placed.values()].flatMap((i) => {
+      const h = peers.get(i.hostId);
+      return h ? [{ ip: i.ip, mac: i.mac, userId: i.userId, host: h.address! }] : [];
     });
     return {
       vni: this.s.config.network.vni,
@@ -107,7 +140,7 @@ export class NetworkController implements Controller, NetworkHooks {
   }
 
   private async refreshOverlay(): Promise<void> {
-    const o = await this.overlay();
+    const o = this.overlay();
     const key = JSON.stringify(o);
     if (key === this.overlayKey) return;
     await this.host.setOverlay(o);
@@ -128,23 +161,22 @@ export class NetworkController implements Controller, NetworkHooks {
     const r = await this.host.sync(expected);
     if (r.removed.length > 0) this.log.info({ removed: r.removed }, 'removed stray taps');
     // with a host address, the bridge joins the other hosts' (the store says which, and who runs where)
-    if (this.s.config.host.address && this.s.hostId) {
+    this.overlayOn = this.s.config.host.address !== '' && this.s.hostId !== '';
+    const dnsOn = this.s.config.network.dns && this.host.dnsHost !== null;
+    this.names.reset(all);
+    for (const i of all) this.place(i.id, i);
+    if (this.overlayOn) {
+      this.hosts = await this.s.store.read((tx) => tx.hosts.list());
       await this.queue.kick(OVERLAY);
-      this.offOverlay = follow(this.s.store, {
-        kinds: ['instance', 'host'],
-        change: () => void this.queue.kick(OVERLAY),
-        resync: () => void this.queue.kick(OVERLAY),
-        resyncMs: this.s.config.store.resyncMs,
-      });
     }
-    if (this.s.config.network.dns && this.host.dnsHost) {
+    if (dnsOn || this.overlayOn)
       this.off = follow(this.s.store, {
-        kinds: ['instance'],
-        change: (c) => void this.queue.kick(c.id),
+        kinds: this.overlayOn ? ['instance', 'host'] : ['instance'],
+        change: (c) => void this.queue.kick(c.kind === 'host' ? HOSTS : c.id),
         resync: () => void this.queue.kick('*'),
         resyncMs: this.s.config.store.resyncMs,
       });
-      this.names.reset(all);
+    if (dnsOn && this.host.dnsHost) {
       this.dns = new InternalDns({
         host: this.host.dnsHost,
         port: this.s.config.network.dnsPort,
@@ -158,7 +190,6 @@ export class NetworkController implements Controller, NetworkHooks {
 
   async stop(): Promise<void> {
     this.off?.();
-    this.offOverlay?.();
     await this.queue.stop();
     await this.dns?.stop();
   }
