@@ -24,7 +24,7 @@
  * As root, with the Unikraft kernels (UNIHOST_UNIKRAFT_DIR) and PostgreSQL.
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -35,7 +35,7 @@ import { testPostgres } from '../test/helpers/postgres.js';
 import { agentArgv, guestOut, importCHttp, unikraftDir } from '../test/helpers/vm.js';
 import { LocalConsoles } from '../src/machines/console-log.js';
 import { pathsFor } from '../src/paths.js';
-import type { GuestImageMeta } from '../src/images/guest.js';
+import { importGuestImages } from '../src/images/guest.js';
 import { apiCaller, stats } from './boot-unikraft.js';
 
 const { values: args } = parseArgs({
@@ -202,18 +202,7 @@ async function main(): Promise<void> {
     });
     const call = apiCaller(api.url, user.token);
     await importCHttp(api.services.images, uk);
-    for (const name of ['http', 'httpbench']) {
-      const meta = JSON.parse(readFileSync(join(guestOut(), `${name}.json`), 'utf8')) as GuestImageMeta;
-      await api.services.images.importKernel(meta.ref, {
-        kernel: join(guestOut(), meta.kernel),
-        initrd: meta.initrd ? join(guestOut(), meta.initrd) : undefined,
-        args: meta.args,
-        env: meta.env,
-        kernelArgs: meta.kernel_args,
-        machine: meta.machine,
-        minMemoryMb: meta.min_memory_mb,
-      });
-    }
+    await importGuestImages(api.services.images, guestOut(), ['http', 'httpbench']);
     for (const h of hosts) startAgent(h, storeUrl);
     const hostList = () => api!.services.hosts.list();
     await until('three agents', async () => (await hostList()).filter((h) => h.state === 'live').length === 3, 60_000);

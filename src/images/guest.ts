@@ -21,14 +21,19 @@ export interface KernelImporter<R> {
 }
 
 /** Imports every `<app>.json` of a guest image directory as an official image; idempotent. */
-export async function importGuestImages<R>(images: KernelImporter<R>, dir: string): Promise<R[]> {
+export async function importGuestImages<R>(
+  images: KernelImporter<R>,
+  dir: string,
+  /** only the images with these names (their reference without the tag, e.g. `['http', 'fetch']`); default all */
+  only?: string[],
+): Promise<R[]> {
   if (!existsSync(dir)) throw new Error(`${dir} does not exist: run guest/build-images.sh first`);
   const out: R[] = [];
   for (const f of readdirSync(dir)
     .filter((n) => n.endsWith('.json'))
     .sort()) {
     const meta = JSON.parse(readFileSync(join(dir, f), 'utf8')) as GuestImageMeta;
-    if (meta.schema !== 'unihost-guest-image/1') continue;
+    if (meta.schema !== 'unihost-guest-image/1' || (only && !only.includes(meta.ref.split(':')[0]!))) continue;
     out.push(
       await images.importKernel(meta.ref, {
         kernel: join(dir, meta.kernel),

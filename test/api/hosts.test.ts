@@ -322,9 +322,10 @@ describe('many hosts on one PostgreSQL', { skip }, () => {
     }
   });
 
-  test('an agent cut off from PostgreSQL stops acting; its instance moves; it rejoins with a new epoch', async () => {
+  test('an agent cut off from PostgreSQL stops acting; its instance moves; it rejoins with a new epoch', async (t) => {
     // h4 reaches the store through a unix-socket relay the test can cut
     const relayDir = mkdtempSync(join(tmpdir(), 'uh-pgrelay-'));
+    t.after(() => rmSync(relayDir, { recursive: true, force: true })); // also when the test fails
     const real = join(testPostgres().socketDir, '.s.PGSQL.5432');
     const conns = new Set<Socket>();
     const relay = createServer((c) => {
@@ -389,7 +390,6 @@ describe('many hosts on one PostgreSQL', { skip }, () => {
     const gone = new Promise<void>((r) => relay.close(() => r()));
     for (const c of conns) c.destroy();
     await gone;
-    rmSync(relayDir, { recursive: true, force: true });
   });
 
   test('the console log of an instance on another host is read from its agent; a host gone is a clear error', async () => {

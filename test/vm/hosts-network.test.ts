@@ -17,13 +17,13 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULTS } from '../../src/config.js';
 import { LocalConsoles } from '../../src/machines/console-log.js';
 import { pathsFor } from '../../src/paths.js';
-import type { GuestImageMeta } from '../../src/images/guest.js';
+import { importGuestImages } from '../../src/images/guest.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
 import { canRunNetns } from '../helpers/netns.js';
@@ -144,19 +144,7 @@ describe('three hosts, one private network, a gateway and a host that dies', { s
     });
     alice = await api.user('alice', true);
     bob = await api.user('bob', true);
-    const out = guestOut();
-    for (const name of ['http', 'fetch']) {
-      const meta = JSON.parse(readFileSync(join(out, `${name}.json`), 'utf8')) as GuestImageMeta;
-      await api.daemon.services.images.importKernel(meta.ref, {
-        kernel: join(out, meta.kernel),
-        initrd: meta.initrd ? join(out, meta.initrd) : undefined,
-        args: meta.args,
-        env: meta.env,
-        kernelArgs: meta.kernel_args,
-        machine: meta.machine,
-        minMemoryMb: meta.min_memory_mb,
-      });
-    }
+    await importGuestImages(api.daemon.services.images, guestOut(), ['http', 'fetch']);
     for (const h of HOSTS) {
       dirs[h] = mkdtempSync(join(tmpdir(), `unihost-test-hn-${h}-`));
       startAgent(h);

@@ -21,7 +21,7 @@ import { startHarness, type Harness } from '../helpers/harness.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
 import { requirePart } from '../helpers/require.js';
 import { agentArgv, guestOut, poll, qemuProcs, ROOT } from '../helpers/vm.js';
-import type { GuestImageMeta } from '../../src/images/guest.js';
+import { importGuestImages } from '../../src/images/guest.js';
 
 const LEASE_MS = 3000;
 const qemuMissing = process.getuid?.() !== 0 ? 'needs root (VM confinement)' : undefined;
@@ -66,17 +66,7 @@ describe('fencing with real VMs: a paused agent past its lease', { skip: require
     url = await testPostgres().createDb();
     api = await startHarness({ store: { url }, roles: ['api'], host: { ...DEFAULTS.host, leaseMs: LEASE_MS } });
     token = await api.user('alice', true);
-    const out = guestOut();
-    const meta = JSON.parse(readFileSync(join(out, 'echo.json'), 'utf8')) as GuestImageMeta;
-    await api.daemon.services.images.importKernel(meta.ref, {
-      kernel: join(out, meta.kernel),
-      initrd: meta.initrd ? join(out, meta.initrd) : undefined,
-      args: meta.args,
-      env: meta.env,
-      kernelArgs: meta.kernel_args,
-      machine: meta.machine,
-      minMemoryMb: meta.min_memory_mb,
-    });
+    await importGuestImages(api.daemon.services.images, guestOut(), ['echo']);
     for (const name of ['a', 'b']) {
       dirs[name] = mkdtempSync(join(tmpdir(), `unihost-test-host-${name}-`));
       procs[name] = startAgent(name);
