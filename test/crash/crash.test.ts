@@ -69,6 +69,9 @@ if (!insideTestNetns()) {
         clients: 4,
         seed: Number(process.env.UNIHOST_CRASH_SEED ?? 20261128),
         maxInstances: 1,
+        // HAProxy kills are the SQLite run's: here, once in CI, one left a second master of the data dir
+        // (a race of HAProxy's restart, issue 26, not of the store); this run is about the store
+        killHaproxy: false,
         storeUrl: url,
         say: () => undefined,
       });
