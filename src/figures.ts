@@ -56,7 +56,8 @@ export interface ConsoleChunk {
  * it through this, never from a controller.
  */
 export interface ConsoleReader {
-  read(instanceId: string, offset: number, limit: number): Promise<ConsoleChunk>;
+  /** `hostId`: the host the instance is placed on, when the caller has its record (no store read then) */
+  read(instanceId: string, offset: number, limit: number, hostId?: string | null): Promise<ConsoleChunk>;
 }
 
 /** What one process publishes in the store (`figures` table) for the others. */

@@ -71,7 +71,7 @@ export class NetworkController implements Controller, NetworkHooks {
       void this.queue.kick(OVERLAY);
     } else if (key === '*') {
       const [all, hosts] = await this.s.store.read(
-        async (tx) => [await tx.instances.all(), await tx.hosts.list()] as const,
+        async (tx) => [await tx.instances.all(), this.overlayOn ? await tx.hosts.list() : []] as const,
       );
       this.names.reset(all);
       this.hosts = hosts;

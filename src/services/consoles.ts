@@ -23,10 +23,13 @@ export class HostConsoles implements ConsoleReader {
     },
   ) {}
 
-  async read(instanceId: string, offset: number, limit: number): Promise<ConsoleChunk> {
+  async read(instanceId: string, offset: number, limit: number, hostId?: string | null): Promise<ConsoleChunk> {
+    // this host's own instances (a single host's all) are read without a store read
+    if (hostId === null || (hostId !== undefined && hostId === this.o.hostId()))
+      return this.o.local.read(instanceId, offset, limit);
     const host = await this.o.store.read(async (tx) => {
-      const i = await tx.instances.getAny(instanceId);
-      return i?.host_id ? tx.hosts.get(i.host_id) : undefined;
+      const at = hostId ?? (await tx.instances.getAny(instanceId))?.host_id;
+      return at ? tx.hosts.get(at) : undefined;
     });
     if (!host || host.id === this.o.hostId() || !host.address || !host.agent_port || !host.holder)
       return this.o.local.read(instanceId, offset, limit);

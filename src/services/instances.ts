@@ -473,7 +473,12 @@ export class InstanceService {
   /** GET log: a chunk of the console log with the spec's offset/limit semantics. */
   async log(user: UserRec, t: Target, offset: number, limit: number) {
     const inst = await this.store.read((tx) => findInstance(tx, user, t));
-    const r = await this.deps.consoles.read(inst.id, offset, Math.min(limit, this.deps.config.maxLogChunk));
+    const r = await this.deps.consoles.read(
+      inst.id,
+      offset,
+      Math.min(limit, this.deps.config.maxLogChunk),
+      inst.host_id,
+    );
     return {
       uuid: inst.id,
       name: inst.name,
