@@ -7,13 +7,15 @@
  *
  *   npm run build && npx tsx bench/registry.ts [--mb 256] [--small 200] [--rounds 5]
  *
- * Both servers run in child processes, the load (undici) in this one; rounds
- * interleave the two; every round sends new content (no deduplication).
+ * Both servers run in child processes, the load (undici) in this one. Each
+ * phase of a round runs on the two back to back (who goes first alternates),
+ * the large pull three times each in turns (median); every round sends new
+ * content (no deduplication); `sync` runs before each timed operation.
  * unihost answers with HTTP Basic auth on (its API token), docker-registry
  * with none. Figures: MiB/s for the large blob, operations/s for the small
  * ones; ratios unihost / docker-registry as the median and the worst round.
  */
-import { fork } from 'node:child_process';
+import { execFileSync, fork } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
@@ -88,30 +90,66 @@ interface Figures {
   smallPullOps: number;
 }
 
-async function round(t: Target, r: number): Promise<Figures> {
-  const stamp = `${t.name}-${r}-${Date.now()}`;
-  const big = digestOf(stamp, MB);
-  let t0 = performance.now();
-  await upload(t, 'bench/big', chunks(stamp, MB), big, MB * CHUNK);
-  const push = performance.now() - t0;
-  t0 = performance.now();
-  const got = await download(t, 'bench/big', big);
-  const pull = performance.now() - t0;
-  if (got !== MB * CHUNK) throw new Error(`${t.name}: pulled ${got} bytes`);
-  const small = Array.from({ length: SMALL }, (_, i) => Buffer.from(`${stamp} small ${i} `.padEnd(4096, '.')));
-  const digests = small.map((b) => `sha256:${createHash('sha256').update(b).digest('hex')}`);
-  t0 = performance.now();
-  for (let i = 0; i < SMALL; i++) await upload(t, 'bench/small', small[i]!, digests[i]!, small[i]!.length);
-  const sp = performance.now() - t0;
-  t0 = performance.now();
-  for (const d of digests) await download(t, 'bench/small', d);
-  const sl = performance.now() - t0;
-  return {
-    pushMiBs: MB / (push / 1000),
-    pullMiBs: MB / (pull / 1000),
-    smallPushOps: SMALL / (sp / 1000),
-    smallPullOps: SMALL / (sl / 1000),
-  };
+/**
+ * Writes all dirty pages out before a timed phase. unihost fsyncs what it
+ * acknowledges and docker-registry does not, so without this the kernel's
+ * writeback of one server's push lands in whatever is measured next.
+ */
+const settle = () => execFileSync('sync');
+
+/** Runs `op` for both servers in turns, `times` each, `first` starting; returns the median ms of each. */
+async function paired(
+  targets: [Target, Target],
+  first: 0 | 1,
+  times: number,
+  op: (t: Target, i: number) => Promise<void>,
+): Promise<[number, number]> {
+  const ms: [number[], number[]] = [[], []];
+  for (let i = 0; i < times; i++) {
+    for (const k of first === 0 ? ([0, 1] as const) : ([1, 0] as const)) {
+      settle();
+      const t0 = performance.now();
+      await op(targets[k], i);
+      ms[k].push(performance.now() - t0);
+    }
+  }
+  return [median(ms[0]), median(ms[1])];
+}
+
+/**
+ * One round: each phase runs on both servers back to back (who goes first
+ * alternates by round), so a disturbance on the machine falls on both; the
+ * pulls, which take a fraction of a second, are each taken three times.
+ */
+async function round(targets: [Target, Target], r: number): Promise<[Figures, Figures]> {
+  const first = (r % 2) as 0 | 1;
+  const stamps = targets.map((t) => `${t.name}-${r}-${Date.now()}`);
+  const big = stamps.map((s) => digestOf(s, MB));
+  const push = await paired(targets, first, 1, (t) =>
+    upload(t, 'bench/big', chunks(stamps[targets.indexOf(t)]!, MB), big[targets.indexOf(t)]!, MB * CHUNK),
+  );
+  const pull = await paired(targets, first, 3, async (t) => {
+    const got = await download(t, 'bench/big', big[targets.indexOf(t)]!);
+    if (got !== MB * CHUNK) throw new Error(`${t.name}: pulled ${got} bytes`);
+  });
+  const small = stamps.map((s) =>
+    Array.from({ length: SMALL }, (_, i) => Buffer.from(`${s} small ${i} `.padEnd(4096, '.'))),
+  );
+  const digests = small.map((bs) => bs.map((b) => `sha256:${createHash('sha256').update(b).digest('hex')}`));
+  const sp = await paired(targets, first, 1, async (t) => {
+    const k = targets.indexOf(t);
+    for (let i = 0; i < SMALL; i++) await upload(t, 'bench/small', small[k]![i]!, digests[k]![i]!, 4096);
+  });
+  const sl = await paired(targets, first, 1, async (t) => {
+    for (const d of digests[targets.indexOf(t)]!) await download(t, 'bench/small', d);
+  });
+  const figures = (k: 0 | 1): Figures => ({
+    pushMiBs: MB / (push[k] / 1000),
+    pullMiBs: MB / (pull[k] / 1000),
+    smallPushOps: SMALL / (sp[k] / 1000),
+    smallPullOps: SMALL / (sl[k] / 1000),
+  });
+  return [figures(0), figures(1)];
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -135,10 +173,9 @@ try {
   // unihost repositories are <user>/<app>: the user is named `bench`, so `bench/big` is its own
   const rows: { u: Figures; d: Figures }[] = [];
   for (let r = 0; r < ROUNDS; r++) {
-    const u = await round(unihost, r).catch((e: Error) => {
-      throw new Error(`unihost round ${r}: ${e.message}`);
+    const [u, d] = await round([unihost, dr], r).catch((e: Error) => {
+      throw new Error(`round ${r}: ${e.message}`);
     });
-    const d = await round(dr, r);
     rows.push({ u, d });
     console.log(
       `round ${r + 1}: push ${u.pushMiBs.toFixed(0)} vs ${d.pushMiBs.toFixed(0)} MiB/s, pull ${u.pullMiBs.toFixed(0)} vs ${d.pullMiBs.toFixed(0)} MiB/s, ` +

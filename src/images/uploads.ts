@@ -1,10 +1,10 @@
 import { createHash, randomUUID, type Hash } from 'node:crypto';
 import { createReadStream, renameSync, rmSync } from 'node:fs';
-import { mkdir, open, readFile, readdir, rm, stat } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { atomicWrite, syncDir } from './fsutil.js';
+import { syncDir } from './fsutil.js';
 import type { ImageLayout } from './layout.js';
 
 /** What an upload is for, kept beside its data. */
@@ -15,6 +15,9 @@ export interface UploadMeta {
   user: string;
   started_at: string;
 }
+
+/** Bytes gathered from an upload's body before one write to its file. */
+const WRITE_BATCH = 1024 * 1024;
 
 /** Why an append stopped early. */
 export class UploadLimit extends Error {
@@ -39,6 +42,8 @@ export class Uploads {
   private readonly hashes = new Map<string, { hash: Hash; size: number }>();
   /** uploads with a write under way (one at a time per upload) */
   private readonly busy = new Set<string>();
+  /** the records of uploads this process started or read (the file is read once) */
+  private readonly metas = new Map<string, UploadMeta>();
 
   constructor(readonly layout: ImageLayout) {
     this.dir = join(layout.root, 'uploads');
@@ -55,8 +60,12 @@ export class Uploads {
 
   async create(repo: string, user: string, now: Date): Promise<UploadMeta> {
     const meta: UploadMeta = { id: randomUUID(), repo, user, started_at: now.toISOString() };
-    await (await open(this.data(meta.id), 'w', 0o600)).close();
-    await atomicWrite(`${this.data(meta.id)}.json`, JSON.stringify(meta));
+    // No fsync: a session needs to outlive the daemon's kill, which the page cache does; after a
+    // power cut it may be gone (BLOB_UPLOAD_UNKNOWN: the client starts again), and a record torn
+    // by a kill mid-write was never acknowledged. Two fsyncs per upload less (docs/registry.md).
+    await (await open(this.data(meta.id), 'wx', 0o600)).close();
+    await writeFile(`${this.data(meta.id)}.json`, JSON.stringify(meta), { mode: 0o600, flag: 'wx' });
+    this.metas.set(meta.id, meta);
     this.hashes.set(meta.id, { hash: createHash('sha256'), size: 0 });
     return meta;
   }
@@ -64,8 +73,12 @@ export class Uploads {
   /** The upload's record, or undefined when it does not exist (finished, cancelled, reclaimed, or never). */
   async meta(id: string): Promise<UploadMeta | undefined> {
     if (!UUID.test(id)) return undefined;
+    const known = this.metas.get(id);
+    if (known) return known;
     try {
-      return JSON.parse(await readFile(`${this.data(id)}.json`, 'utf8')) as UploadMeta;
+      const meta = JSON.parse(await readFile(`${this.data(id)}.json`, 'utf8')) as UploadMeta;
+      this.metas.set(id, meta);
+      return meta;
     } catch {
       return undefined;
     }
@@ -96,20 +109,41 @@ export class Uploads {
       if (!h && size === 0) h = { hash: createHash('sha256'), size: 0 };
       // Not `for await`: leaving it early would destroy the request and with it the socket the answer goes on.
       const chunks = (body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
-      for (;;) {
-        const next = await chunks.next();
-        if (next.done) break;
-        const chunk = next.value;
-        if (size + chunk.length > limit) {
-          body.pause();
-          throw new UploadLimit(size + chunk.length);
+      // Writes go out in batches of about WRITE_BATCH bytes, one in flight while the next fills,
+      // so reading the socket and writing the file overlap (one write per socket chunk kept the
+      // socket paused during every write). What arrived is written before this returns or throws.
+      let batch: Buffer[] = [];
+      let batched = 0;
+      let inFlight: Promise<unknown> = Promise.resolve();
+      const flush = async (): Promise<void> => {
+        await inFlight;
+        if (batch.length === 0) return;
+        const out = batch;
+        batch = [];
+        batched = 0;
+        inFlight = fh.writev(out);
+      };
+      try {
+        for (;;) {
+          const next = await chunks.next();
+          if (next.done) break;
+          const chunk = next.value;
+          if (size + chunk.length > limit) {
+            body.pause();
+            throw new UploadLimit(size + chunk.length);
+          }
+          batch.push(chunk);
+          batched += chunk.length;
+          size += chunk.length;
+          if (h) {
+            h.hash.update(chunk);
+            h.size = size;
+          }
+          if (batched >= WRITE_BATCH) await flush();
         }
-        await fh.write(chunk);
-        size += chunk.length;
-        if (h) {
-          h.hash.update(chunk);
-          h.size = size;
-        }
+      } finally {
+        await flush();
+        await inFlight;
       }
       if (h) this.hashes.set(id, h);
       else this.hashes.delete(id);
@@ -154,6 +188,7 @@ export class Uploads {
     }
     rmSync(`${this.data(id)}.json`, { force: true });
     this.hashes.delete(id);
+    this.metas.delete(id);
   }
 
   async syncBlobs(): Promise<void> {
@@ -162,6 +197,7 @@ export class Uploads {
 
   async remove(id: string): Promise<void> {
     this.hashes.delete(id);
+    this.metas.delete(id);
     await rm(this.data(id), { force: true });
     await rm(`${this.data(id)}.json`, { force: true });
   }

@@ -213,6 +213,16 @@ describe('OCI registry at /v2/', () => {
     assert.equal(part.body.toString(), 'chunked upload');
     assert.equal(part.headers['content-range'], `bytes 0-13/${data.length}`);
     assert.deepEqual((await call('GET', `/v2/alice/chunks/blobs/${d}`, a)).body, data);
+    // a small range inside the blob (read whole) and a large one (streamed): the bytes asked for
+    for (const [from, to] of [
+      [150_000, 150_009],
+      [10, 299_999],
+    ] as const) {
+      const r = await call('GET', `/v2/alice/chunks/blobs/${d}`, a, undefined, { range: `bytes=${from}-${to}` });
+      assert.equal(r.status, 206);
+      assert.deepEqual(r.body, data.subarray(from, to + 1));
+      assert.equal(r.headers['content-length'], String(to - from + 1));
+    }
     assert.equal(
       (await call('GET', `/v2/alice/chunks/blobs/${d}`, a, undefined, { range: 'bytes=400000-' })).status,
       416,
