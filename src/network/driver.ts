@@ -40,6 +40,12 @@ export interface NetworkDriver {
   sync(expected: TapSpec[]): Promise<{ created: string[]; removed: string[] }>;
   /** creates the tap of one instance if missing and admits it; idempotent */
   ensureTap(spec: TapSpec): Promise<void>;
+  /**
+   * `ensureTap` for a boot: resolves once the tap exists (frames from it are
+   * dropped until the rules admit it), `admitted` when they do; a VM may
+   * start on it in between. `admitted` rejecting means the VM must go.
+   */
+  attachTap(spec: TapSpec): Promise<{ admitted: Promise<void> }>;
   /** removes a tap and its rules; a tap already gone is fine */
   removeTap(tap: string): Promise<void>;
   /** joins this host's bridge to the other hosts' (null: a host alone, no VXLAN port); idempotent */

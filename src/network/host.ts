@@ -174,18 +174,40 @@ export class HostNetwork implements NetworkDriver {
    * as it is: no command runs (the boot path of a restart or a wake).
    */
   async ensureTap(spec: TapSpec): Promise<void> {
+    await (
+      await this.attachTap(spec)
+    ).admitted;
+  }
+
+  /**
+   * `ensureTap` in two steps, for the boot of a new instance: resolves once
+   * the tap device is on the bridge and up; `admitted` settles when the rules
+   * admit it (and, with the overlay on, its MAC is pinned to it). Until then
+   * the bridge drops every frame from the tap (an unknown tap: `rules.ts`),
+   * so a VM may start on it at once; its QEMU's own start covers the `nft`
+   * run. `admitted` rejects if the tap could not be admitted: the VM must go.
+   */
+  async attachTap(spec: TapSpec): Promise<{ admitted: Promise<void> }> {
     checkTapSpec(spec);
     this.checkPrefix(spec.tap);
-    return this.serial(async () => {
+    let deviceUp!: () => void;
+    let deviceFailed!: (e: unknown) => void;
+    const device = new Promise<void>((resolve, reject) => {
+      deviceUp = resolve;
+      deviceFailed = reject;
+    });
+    const admitted = this.serial(async () => {
       const old = this.taps.get(spec.tap);
       const sameGuest = old?.guest?.ip === spec.guest?.ip && old?.guest?.mac === spec.guest?.mac;
-      if (old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId && sameGuest) return;
+      if (old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId && sameGuest) {
+        deviceUp();
+        return;
+      }
       this.taps.set(spec.tap, spec);
-      // The rules name taps, not devices: both commands run at once (the boot path of a new instance).
-      const results = await Promise.allSettled([
-        old ? this.ensureTapDevices([spec.tap]) : this.addTapDevice(spec.tap),
-        this.applyRules(),
-      ]);
+      // The rules name taps, not devices: both commands run at once.
+      const made = old ? this.ensureTapDevices([spec.tap]) : this.addTapDevice(spec.tap);
+      made.then(deviceUp, deviceFailed);
+      const results = await Promise.allSettled([made, this.applyRules()]);
       const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
       if (failed) {
         if (old) this.taps.set(spec.tap, old);
@@ -195,6 +217,10 @@ export class HostNetwork implements NetworkDriver {
       if (old && old.ip !== spec.ip) await this.forgetNeighbour(old.ip);
       if (this.overlay) await this.run(['bridge', '-batch', '-'], pinLine(spec) + '\n');
     });
+    // a failure before the device step (never reached) fails the device too; after it, this is a no-op
+    admitted.catch(deviceFailed);
+    await device;
+    return { admitted };
   }
 
   /** Creates, attaches and raises a tap in one `ip -batch`; one that exists already takes the slower path. */

@@ -46,6 +46,11 @@ export class MemoryNetwork implements NetworkDriver {
     this.taps.set(spec.tap, spec);
   }
 
+  async attachTap(spec: TapSpec): Promise<{ admitted: Promise<void> }> {
+    await this.ensureTap(spec);
+    return { admitted: Promise.resolve() };
+  }
+
   async setOverlay(o: Overlay | null): Promise<void> {
     this.overlay = o;
   }

@@ -18,6 +18,8 @@ export interface BootPlan {
   readyPorts: number[];
   /** a restore whose guest has another address than the instance (a clone of a template): translated on its tap */
   guest?: GuestAddress;
+  /** settles when the rules admit the tap: awaited after the VM is spawned, so QEMU's start covers it */
+  admitted: Promise<void>;
 }
 
 /** The driver's runtime facts plus what the controller keeps beside them in `runtime`. */
@@ -107,7 +109,14 @@ export async function bootPlan(
     ...(from ? { restore: from } : {}),
   };
   const readyPorts = nic ? await readyPortsOf(s, inst, img.ports) : [];
-  return { spec, netUs, shutdown: img.shutdown, readyPorts, ...(guest ? { guest } : {}) };
+  return {
+    spec,
+    netUs,
+    shutdown: img.shutdown,
+    readyPorts,
+    admitted: nic?.admitted ?? Promise.resolve(),
+    ...(guest ? { guest } : {}),
+  };
 }
 
 /**

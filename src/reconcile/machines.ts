@@ -467,8 +467,17 @@ export class MachineController implements Controller {
       });
       return;
     }
+    // The rules admit the tap while QEMU starts (NetworkDriver.attachTap); a VM whose tap they did not admit goes.
+    const netFailure = await plan.admitted.then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
     this.o.log.info({ id: inst.id, pid: rt.pid, accel: rt.accel }, 'VM started');
     await this.s.store.tx((tx) => recordBootInTx(tx, inst, rt, plan, t0));
+    if (netFailure) {
+      this.note(inst.id, `the network rules did not admit its tap: ${netFailure.message}; stopping it`);
+      return this.escalate(inst);
+    }
     this.timers.at(inst.id, rt.spawnedAt + this.bootTimeoutMs, this.now());
   }
 

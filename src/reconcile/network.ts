@@ -17,8 +17,13 @@ export interface NetworkHooks {
    * Creates (idempotently) the instance's tap; returns the NIC (its MAC: the
    * guest's) and the `netdev.ip` value. `guest`: the address a restored guest
    * keeps (a clone of a template), translated to the instance's on the tap.
+   * It returns once the tap exists; `admitted` settles when the rules admit
+   * it (the VM may start in between: NetworkDriver.attachTap).
    */
-  attach(inst: InstanceRec, guest?: GuestAddress): Promise<{ tap: string; mac: string; netdevIp: string }>;
+  attach(
+    inst: InstanceRec,
+    guest?: GuestAddress,
+  ): Promise<{ tap: string; mac: string; netdevIp: string; admitted: Promise<void> }>;
   /** Removes the instance's tap once its VM is gone. */
   detach(instanceId: string): Promise<void>;
 }
@@ -199,10 +204,13 @@ export class NetworkController implements Controller, NetworkHooks {
     return Promise.resolve(this.names.lookup(clientIp, name));
   }
 
-  async attach(inst: InstanceRec, guest?: GuestAddress): Promise<{ tap: string; mac: string; netdevIp: string }> {
+  async attach(
+    inst: InstanceRec,
+    guest?: GuestAddress,
+  ): Promise<{ tap: string; mac: string; netdevIp: string; admitted: Promise<void> }> {
     const spec = this.spec(inst, guest);
-    await this.host.ensureTap(spec);
-    return { tap: spec.tap, mac: spec.guest?.mac ?? spec.mac, netdevIp: this.host.netdevIp(spec.ip) };
+    const { admitted } = await this.host.attachTap(spec);
+    return { tap: spec.tap, mac: spec.guest?.mac ?? spec.mac, netdevIp: this.host.netdevIp(spec.ip), admitted };
   }
 
   async detach(instanceId: string): Promise<void> {

@@ -80,12 +80,21 @@ describe('drivers chosen by name in the configuration', () => {
   });
 });
 
+/** The memory network with one switch: the rules refuse the taps of the next boots (as `nft` failing would). */
+class RefusingNetwork extends MemoryNetwork {
+  refuse = false;
+  override async attachTap(spec: Parameters<MemoryNetwork['attachTap']>[0]): Promise<{ admitted: Promise<void> }> {
+    const r = await super.attachTap(spec);
+    return this.refuse ? { admitted: Promise.reject(new Error('nft: the rules refused it')) } : r;
+  }
+}
+
 describe('the controllers over the memory drivers', () => {
   let h: Harness;
   let alice: string;
   let vms!: MemoryMachines;
   let plane!: MemoryDataPlane;
-  const net = new MemoryNetwork(DEFAULTS.subnet);
+  const net = new RefusingNetwork(DEFAULTS.subnet);
   const images = new MemoryVolumes();
   const { ok } = replyAsserts('instances');
   const get = (id: string) => h.daemon.store.read((tx) => tx.instances.getAny(id));
@@ -158,6 +167,27 @@ describe('the controllers over the memory drivers', () => {
     await h.until(async () => !net.taps.has(tapName(inst.id)));
     ok(await h.call('DELETE', '/v1/volumes', alice, { uuid: v.uuid }), 'volumes');
     await h.until(async () => !images.images.has(v.uuid));
+  });
+
+  test('a VM whose tap the rules do not admit (they are applied while it starts) is stopped, and its log says why', async () => {
+    net.refuse = true;
+    try {
+      const r = await h.call('POST', '/v1/instances', alice, {
+        name: 'unadmitted',
+        image: 'app:latest',
+        autostart: true,
+      });
+      const id = ok(r)[0].uuid as string;
+      await state(id, 'stopped');
+      assert.equal(vms.inspect(id).running, false, 'its VM is gone');
+      const log = (await h.call('GET', '/v1/instances/log', alice, { uuid: id })).body.data.instances[0].output;
+      assert.match(
+        Buffer.from(log, 'base64').toString(),
+        /the network rules did not admit its tap: nft: the rules refused it; stopping it/,
+      );
+    } finally {
+      net.refuse = false;
+    }
   });
 
   test('an application that fails is restarted by its policy; a crash is told apart from an exit', async () => {
