@@ -42,14 +42,14 @@ const missing = postgresMissing() ?? (canRunNetns() ? undefined : 'needs root, i
 const ip = (...a: string[]): string => execFileSync('ip', a, { encoding: 'utf8' });
 
 /** `GET /` for `fqdn` through the gateway of host h1 (on its namespace's loopback): status and body, or the error. */
-function viaGateway(fqdn: string): string {
+function viaGateway(fqdn: string, timeoutMs = 5000): string {
   const js =
-    `require('http').get({host:'127.0.0.1',port:80,headers:{host:${JSON.stringify(fqdn)}},timeout:5000},` +
+    `require('http').get({host:'127.0.0.1',port:80,headers:{host:${JSON.stringify(fqdn)}},timeout:${timeoutMs}},` +
     `r=>{let b='';r.on('data',d=>b+=d);r.on('end',()=>console.log(r.statusCode+' '+b.trim()))})` +
     `.on('error',e=>console.log('error '+e.message)).on('timeout',function(){this.destroy(new Error('timeout'))})`;
   const r = spawnSync('ip', ['netns', 'exec', NS.h1, process.execPath, '-e', js], {
     encoding: 'utf8',
-    timeout: 15_000,
+    timeout: timeoutMs + 10_000,
   });
   return (r.stdout || r.stderr).trim();
 }
@@ -232,6 +232,26 @@ describe('three hosts, one private network, a gateway and a host that dies', { s
 
   test('the gateway on h1 serves an instance that runs on h2', async () => {
     await poll('web through the gateway', async () => /^200 .*hello from unihost/s.test(viaGateway(fqdn)), 60_000);
+  });
+
+  test('a scale-to-zero master on h3 sleeps; a request through the gateway on h1 wakes it there', async (t) => {
+    const e = await createOn('h3', alice, {
+      name: 'sleeper',
+      image: 'http:latest',
+      memory_mb: 128,
+      scale_to_zero: { policy: 'on', cooldown_time_ms: 1000 },
+      service_group: { services: [{ port: 80, destination_port: 8080, handlers: ['http'] }] },
+    });
+    const sleeperFqdn = e.service_group.domains[0].fqdn as string;
+    await poll('sleeper in standby', async () => (await inst('sleeper'))?.state === 'standby', 60_000, 200);
+    const sentAt = Date.now();
+    // the activator on h1 holds the request while h3's agent boots the master (a Linux guest: seconds under TCG)
+    const answer = viaGateway(sleeperFqdn, 90_000);
+    assert.match(answer, /^200 .*hello from unihost/s, `${answer}\nh1:\n${logs.h1.slice(-2000)}`);
+    t.diagnostic(`woken and answered ${((Date.now() - sentAt) / 1000).toFixed(1)} s after the request`);
+    assert.equal(await hostOf('sleeper'), 'h3', 'woken where it slept');
+    const i = await inst('sleeper');
+    assert.ok(i && ['running', 'standby'].includes(i.state), `sleeper is ${i?.state}`);
   });
 
   test('host h2 dies: web comes up elsewhere with its address, and serves through the gateway again', async (t) => {
