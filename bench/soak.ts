@@ -2,7 +2,7 @@
  * bench/soak: the daemon under mixed load for a long time; its resources
  * must stay flat (issue 26, "Soak").
  *
- *   npx tsx bench/soak.ts [--minutes 60] [--sample-s 30] [--check]
+ *   npx tsx bench/soak.ts [--minutes 60] [--sample-s 30] [--check] [--daemon-env KEY=VALUE ...]
  *
  * Runs the real daemon (`unihost serve`, a process of its own so that its
  * figures are its own) with the private network, the HAProxy gateway and
@@ -41,6 +41,8 @@ const { values } = parseArgs({
     minutes: { type: 'string', default: '60' },
     'sample-s': { type: 'string', default: '30' },
     check: { type: 'boolean', default: false },
+    // for diagnosis, e.g. `--daemon-env MALLOC_ARENA_MAX=2`, or heaptrack's LD_PRELOAD (docs/operations.md)
+    'daemon-env': { type: 'string', multiple: true, default: [] },
   },
 });
 const MINUTES = Number(values.minutes);
@@ -135,6 +137,14 @@ async function inner(): Promise<number> {
     execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
   const dataDir = mkdtempSync(join(tmpdir(), 'unihost-soak-'));
   const env = { ...process.env, UNIHOST_ACCEL: 'tcg', UNIHOST_LOG_LEVEL: 'info' };
+  /** given to the daemon only (not to the CLI calls that set it up) */
+  const daemonEnv = Object.fromEntries(
+    values['daemon-env'].map((kv) => {
+      const eq = kv.indexOf('=');
+      if (eq < 1) throw new Error(`--daemon-env wants KEY=VALUE, got '${kv}'`);
+      return [kv.slice(0, eq), kv.slice(eq + 1)];
+    }),
+  );
   const cli = (...args: string[]): string =>
     execFileSync(process.execPath, [join(ROOT, 'bin', 'unihost.js'), ...args, '--data-dir', dataDir], {
       cwd: ROOT,
@@ -161,7 +171,7 @@ async function inner(): Promise<number> {
   const daemon: ChildProcess = spawn(
     process.execPath,
     [join(ROOT, 'bin', 'unihost.js'), 'serve', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`],
-    { cwd: ROOT, env, stdio: ['ignore', log, log] },
+    { cwd: ROOT, env: { ...env, ...daemonEnv }, stdio: ['ignore', log, log] },
   );
   closeSync(log);
   const url = `http://127.0.0.1:${port}`;
