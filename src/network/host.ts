@@ -55,7 +55,9 @@ export const VXLAN_PORT = 4789;
  * `-netdev tap,ifname=<tap>,script=no,downscript=no`), and the nftables
  * rules isolating users (see rules.ts and docs/network.md).
  *
- * Every method is idempotent and calls are serialized. Taps are persistent
+ * Every method is idempotent and changes are serialized (the `nft` runs
+ * that follow a tap's creation or removal are serialized apart, and merge
+ * when they queue up). Taps are persistent
  * devices: they outlive the daemon, and a running QEMU keeps its tap across
  * a daemon restart. After a restart call `setup()` then `sync()` with every
  * tap that should exist before any `ensureTap`/`removeTap`, because the
@@ -79,8 +81,20 @@ export class HostNetwork implements NetworkDriver {
   private readonly run: Runner;
   private readonly guestToHost: { udp: number[]; tcp: number[] };
   private readonly taps = new Map<string, TapSpec>();
-  /** host changes run one at a time */
-  private readonly serial = pLimit(1);
+  /** the bridge, the overlay and whole-set changes (setup, sync, teardown): one at a time, alone */
+  private readonly exclusive = pLimit(1);
+  /** set while an exclusive change runs or waits for tap changes to end; resolves when it is done */
+  private gate: Promise<void> | null = null;
+  /** tap changes under way (each tap's own run one after the other, different taps' side by side) */
+  private tapOps = 0;
+  private tapOpsDone: (() => void) | null = null;
+  private readonly tapChains = new Map<string, Promise<unknown>>();
+  /**
+   * `nft` runs one at a time, each rendering the state as it is when it
+   * starts: updates asked for while one runs are applied together by the
+   * next (and any after it find the same script and skip it).
+   */
+  private readonly rulesLock = pLimit(1);
 
   constructor(opts: HostNetworkOptions) {
     const subnet = parseSubnet(opts.subnet);
@@ -93,6 +107,51 @@ export class HostNetwork implements NetworkDriver {
     this.vxlan = `vx${this.bridge}`.slice(0, 15);
     this.guestToHost = opts.guestToHost ?? { udp: [53], tcp: [53] };
     this.run = opts.run ?? hostRunner(opts.netns);
+  }
+
+  /** Runs `f` alone: after the tap changes under way, with none starting until it ends. */
+  private serial<T>(f: () => Promise<T>): Promise<T> {
+    return this.exclusive(async () => {
+      let open!: () => void;
+      this.gate = new Promise<void>((r) => (open = r));
+      try {
+        if (this.tapOps > 0) await new Promise<void>((r) => (this.tapOpsDone = r));
+        return await f();
+      } finally {
+        this.gate = null;
+        open();
+      }
+    });
+  }
+
+  /**
+   * Runs `f` after every earlier change of `tap`, beside changes of other
+   * taps (a boot's tap never waits for another instance's tap to go), and
+   * never while an exclusive change runs.
+   */
+  private perTap<T>(tap: string, f: () => Promise<T>): Promise<T> {
+    const prev = this.tapChains.get(tap) ?? Promise.resolve();
+    const run = prev.then(async () => {
+      while (this.gate) await this.gate;
+      this.tapOps++; // in the same turn as the check: an exclusive change sees it
+      try {
+        return await f();
+      } finally {
+        if (--this.tapOps === 0 && this.tapOpsDone) {
+          this.tapOpsDone();
+          this.tapOpsDone = null;
+        }
+      }
+    });
+    const tail = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.tapChains.set(tap, tail);
+    void tail.then(() => {
+      if (this.tapChains.get(tap) === tail) this.tapChains.delete(tap);
+    });
+    return run;
   }
 
   get dnsHost(): string {
@@ -190,37 +249,43 @@ export class HostNetwork implements NetworkDriver {
   async attachTap(spec: TapSpec): Promise<{ admitted: Promise<void> }> {
     checkTapSpec(spec);
     this.checkPrefix(spec.tap);
-    let deviceUp!: () => void;
-    let deviceFailed!: (e: unknown) => void;
-    const device = new Promise<void>((resolve, reject) => {
-      deviceUp = resolve;
-      deviceFailed = reject;
-    });
-    const admitted = this.serial(async () => {
+    // Only the map and the device are made in the queue: the next boot's tap never waits for an `nft` run.
+    const step = await this.perTap(spec.tap, async () => {
       const old = this.taps.get(spec.tap);
       const sameGuest = old?.guest?.ip === spec.guest?.ip && old?.guest?.mac === spec.guest?.mac;
-      if (old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId && sameGuest) {
-        deviceUp();
-        return;
-      }
+      if (old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId && sameGuest) return null;
       this.taps.set(spec.tap, spec);
-      // The rules name taps, not devices: both commands run at once.
-      const made = old ? this.ensureTapDevices([spec.tap]) : this.addTapDevice(spec.tap);
-      made.then(deviceUp, deviceFailed);
-      const results = await Promise.allSettled([made, this.applyRules()]);
-      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-      if (failed) {
-        if (old) this.taps.set(spec.tap, old);
-        else this.taps.delete(spec.tap); // the next rules update drops it again
-        throw failed.reason;
+      // The rules name taps, not devices: they are applied while the device is made.
+      const rules = this.applyRules();
+      rules.catch(() => undefined); // awaited below, or superseded by the next update
+      try {
+        await (old ? this.ensureTapDevices([spec.tap]) : this.addTapDevice(spec.tap));
+      } catch (e) {
+        this.forget(spec, old);
+        throw e;
       }
-      if (old && old.ip !== spec.ip) await this.forgetNeighbour(old.ip);
-      if (this.overlay) await this.run(['bridge', '-batch', '-'], pinLine(spec) + '\n');
+      return { old, rules };
     });
-    // a failure before the device step (never reached) fails the device too; after it, this is a no-op
-    admitted.catch(deviceFailed);
-    await device;
+    if (!step) return { admitted: Promise.resolve() };
+    const admitted = (async () => {
+      try {
+        await step.rules;
+      } catch (e) {
+        this.forget(spec, step.old);
+        throw e;
+      }
+      if (step.old && step.old.ip !== spec.ip) await this.forgetNeighbour(step.old.ip);
+      if (this.overlay) await this.run(['bridge', '-batch', '-'], pinLine(spec) + '\n');
+    })();
+    admitted.catch(() => undefined); // the caller awaits it; no unhandled rejection meanwhile
     return { admitted };
+  }
+
+  /** Undoes `taps.set(spec)` of a tap that could not be made or admitted (unless a later call replaced it). */
+  private forget(spec: TapSpec, old: TapSpec | undefined): void {
+    if (this.taps.get(spec.tap) !== spec) return;
+    if (old) this.taps.set(spec.tap, old);
+    else this.taps.delete(spec.tap); // the next rules update drops it again
   }
 
   /** Creates, attaches and raises a tap in one `ip -batch`; one that exists already takes the slower path. */
@@ -245,16 +310,16 @@ export class HostNetwork implements NetworkDriver {
   /** Deletes the tap (if present) and its rules. A running QEMU on it loses its network. */
   async removeTap(tap: string): Promise<void> {
     this.checkPrefix(tap);
-    return this.serial(async () => {
+    const rules = await this.perTap(tap, async () => {
       const spec = this.taps.get(tap);
       this.taps.delete(tap);
-      // independent of each other once the tap is out of the known set: run at once
-      await Promise.all([
-        this.applyRules(),
-        this.deleteTapDevice(tap),
-        spec ? this.forgetNeighbour(spec.ip) : undefined,
-      ]);
+      // the rules are updated outside the queue: the next tap to be made does not wait for them
+      const update = this.applyRules();
+      update.catch(() => undefined); // awaited below
+      await Promise.all([this.deleteTapDevice(tap), spec ? this.forgetNeighbour(spec.ip) : undefined]);
+      return update;
     });
+    await rules;
   }
 
   /**
@@ -443,30 +508,32 @@ export class HostNetwork implements NetworkDriver {
   }
 
   /** Applies the ruleset of the known taps (and overlay); an unchanged one only when `force` (a repair). */
-  private async applyRules(force = false): Promise<void> {
-    const script = renderRules(
-      {
-        bridge: this.bridge,
-        bridgeMac: this.bridgeMac,
-        table: this.table,
-        tapPrefix: this.tapPrefix,
-        hostTcpPorts: this.guestToHost.tcp,
-        hostUdpPorts: this.guestToHost.udp,
-        vmUids: [VM_UID_BASE, VM_UID_BASE + VM_UIDS - 1],
-        ...(this.overlay && {
-          overlay: {
-            port: this.vxlan,
-            gateways: this.overlay.peers.map((p) => p.gateway),
-            remote: this.overlay.remote,
-          },
-        }),
-      },
-      [...this.taps.values()],
-    );
-    if (!force && script === this.lastRules) return;
-    this.lastRules = '';
-    await this.run(['nft', '-f', '-'], script);
-    this.lastRules = script;
+  private applyRules(force = false): Promise<void> {
+    return this.rulesLock(async () => {
+      const script = renderRules(
+        {
+          bridge: this.bridge,
+          bridgeMac: this.bridgeMac,
+          table: this.table,
+          tapPrefix: this.tapPrefix,
+          hostTcpPorts: this.guestToHost.tcp,
+          hostUdpPorts: this.guestToHost.udp,
+          vmUids: [VM_UID_BASE, VM_UID_BASE + VM_UIDS - 1],
+          ...(this.overlay && {
+            overlay: {
+              port: this.vxlan,
+              gateways: this.overlay.peers.map((p) => p.gateway),
+              remote: this.overlay.remote,
+            },
+          }),
+        },
+        [...this.taps.values()],
+      );
+      if (!force && script === this.lastRules) return;
+      this.lastRules = '';
+      await this.run(['nft', '-f', '-'], script);
+      this.lastRules = script;
+    });
   }
 }
 
