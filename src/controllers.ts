@@ -11,6 +11,7 @@ import { FiguresPublisher, LocalFigures } from './reconcile/figures.js';
 import { hostFigures } from './services/capacity.js';
 import { tapCounters } from './network/counters.js';
 import type { Services } from './services/index.js';
+import { StoreFigures } from './figures.js';
 
 /**
  * The background controllers of this process's roles (docs/operations.md,
@@ -51,6 +52,7 @@ export async function defaultControllers(s: Services, log: Logger, drivers?: Dri
         log,
         cpuMs: (id) => machines.stats(id)?.cpuMs,
         traffic: gateway ? (groupId, id) => gateway.traffic(groupId, id) : undefined,
+        remoteCpu: s.hostId ? remoteCpu(new StoreFigures(s.store, () => s.clock.now())) : undefined,
       })
     : undefined;
   const local = new LocalFigures({
@@ -74,4 +76,16 @@ export async function defaultControllers(s: Services, log: Logger, drivers?: Dri
     ...(autoscale ? [autoscale] : []),
     new FiguresPublisher(s, local, `${s.config.roles.join(',')}@${s.config.host.name}`, log),
   ];
+}
+
+/** The CPU figures other hosts' agents published for `ids` (read at most once a second: StoreFigures). */
+function remoteCpu(figures: StoreFigures): (ids: string[]) => Promise<Map<string, number>> {
+  return async (ids) => {
+    const out = new Map<string, number>();
+    for (const id of ids) {
+      const m = (await figures.instance(id)).cpuMillicores;
+      if (m !== undefined) out.set(id, m);
+    }
+    return out;
+  };
 }

@@ -25,6 +25,12 @@ export interface AutoscaleOptions {
    * (gateway off) nothing is scaled to zero.
    */
   traffic?: (groupId: string, instanceId: string) => { busy: number; lastActivity: number; held: number };
+  /**
+   * With several hosts: the CPU figures (millicores) other hosts' agents
+   * published for these instances (src/figures.ts), by id; those without
+   * one are left out.
+   */
+  remoteCpu?: (instanceIds: string[]) => Promise<Map<string, number>>;
 }
 
 /** Instances the autoscaler counts as the group's capacity: wanted up and not on their way out. */
@@ -40,6 +46,11 @@ function active(i: InstanceRec): boolean {
  * (src/domain/autoscale.ts), and the group is scaled out with clones of the
  * master or in by draining the newest clones. At most one scaling action
  * per cooldown.
+ *
+ * With several hosts (docs/hosts.md) every agent samples its own VMs, and
+ * one decides for each group: the agent of the master's host, with the CPU
+ * of members on other hosts from what their agents published. Scale-to-zero
+ * is decided where the traffic is seen (the gateway's host).
  */
 export class AutoscaleController implements Controller {
   private readonly windows = new Map<string, CpuWindow>();
@@ -101,9 +112,12 @@ export class AutoscaleController implements Controller {
       configs: await this.configs(tx),
     }));
     this.sample(live);
+    const hostId = s.hostId;
+    const elsewhere = hostId ? live.filter((i) => i.host_id && i.host_id !== hostId).map((i) => i.id) : [];
+    const remote = elsewhere.length > 0 && this.o.remoteCpu ? await this.o.remoteCpu(elsewhere) : new Map();
     for (const c of configs) {
       try {
-        await this.evaluate(c);
+        await this.evaluate(c, remote);
       } catch (e) {
         this.o.log.warn({ group: c.group_id, err: e }, 'autoscale: evaluation failed');
         // e.g. a quota refusing clones: tried again after one cooldown, not every second
@@ -136,7 +150,7 @@ export class AutoscaleController implements Controller {
   }
 
   /** Decides and acts for one group, in one transaction (the store is the truth, not this pass's snapshot). */
-  private async evaluate(c: AutoscaleRec): Promise<void> {
+  private async evaluate(c: AutoscaleRec, remote: Map<string, number>): Promise<void> {
     const s = this.o.services;
     const now = s.clock.now();
     await s.store.tx(async (tx) => {
@@ -160,12 +174,14 @@ export class AutoscaleController implements Controller {
         );
         return;
       }
+      // One decider per group: the master's host (a single host decides for all).
+      if (s.hostId && master.host_id && master.host_id !== s.hostId) return;
       const measured = capacity.filter(
         (i) => i.state === 'running' && Date.parse(i.started_at ?? '') + cur.warmup_time_ms <= now,
       );
       const values = new Map<string, number>();
       for (const i of measured) {
-        const m = this.cpuMillicores(i.id);
+        const m = this.cpuMillicores(i.id) ?? remote.get(i.id);
         if (m !== undefined) values.set(i.name, m);
       }
       const metric = average([...values.values()]);

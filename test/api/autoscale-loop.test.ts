@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import pino from 'pino';
 import { AutoscaleController } from '../../src/reconcile/autoscale.js';
 import type { InstanceRec } from '../../src/store/types.js';
+import type { ControllerDeps } from '../../src/reconcile/deps.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { simMachines, wireFigures } from '../helpers/sim-machines.js';
 import { replyAsserts } from '../helpers/replies.js';
@@ -16,6 +17,7 @@ let h: Harness;
 let dev: string;
 let plain: string;
 let scaler: AutoscaleController;
+let deps: ControllerDeps;
 let now = Date.parse('2026-01-01T00:00:00Z');
 const used = new Map<string, number>();
 /** millicores each simulated VM burns, set per test */
@@ -26,6 +28,7 @@ const never = { setTimeout: () => null, clearTimeout: () => undefined };
 
 before(async () => {
   h = await startHarness({}, (s) => {
+    deps = s;
     scaler = new AutoscaleController({
       services: s,
       log: pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }),
@@ -212,5 +215,40 @@ test('a quota that refuses the clone: nothing half-made, the master runs on, oth
   );
   const otherGroup = (await instances()).find((i) => i.id === other.uuid)!.service_group_id!;
   assert.equal((await clonesOf(otherGroup)).length, 1, 'the other group scaled');
+  load = () => 0;
+});
+
+test("with several hosts only the master's host decides; the others' CPU comes from what their agents published", async () => {
+  const m = await setup(dev, 'spread', {
+    max_size: 3,
+    warmup_time_ms: 0,
+    cooldown_time_ms: 60_000,
+    policies: [POLICY],
+  });
+  const group = (await instances()).find((i) => i.id === m.uuid)!.service_group_id!;
+  // the agent of another host, sharing the store: none of these VMs are its own, and their host says 900
+  const asked: string[][] = [];
+  const other = new AutoscaleController({
+    services: Object.assign(Object.create(deps) as ControllerDeps, { hostId: 'another-host' }),
+    log: pino({ level: 'silent' }),
+    cpuMs: () => undefined,
+    timers: never,
+    remoteCpu: async (ids) => {
+      asked.push(ids);
+      return new Map(ids.map((id) => [id, 900]));
+    },
+  });
+  for (let k = 0; k < 4; k++) {
+    now += 1000;
+    await other.tick();
+  }
+  assert.ok(
+    asked.some((ids) => ids.includes(m.uuid)),
+    'it read the figures of the instances on other hosts',
+  );
+  assert.equal((await clonesOf(group)).length, 0, 'it never decides for a group whose master is on another host');
+  load = (i) => (i.id === m.uuid ? 900 : 0);
+  for (let k = 0; k < 3; k++) await second();
+  assert.equal((await clonesOf(group)).length, 1, "the master's host decides");
   load = () => 0;
 });

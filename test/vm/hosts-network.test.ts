@@ -254,6 +254,73 @@ describe('three hosts, one private network, a gateway and a host that dies', { s
     assert.ok(i && ['running', 'standby'].includes(i.state), `sleeper is ${i?.state}`);
   });
 
+  test('autoscale across hosts: a loaded master on h2 gets a clone on another host, and loses it when idle', async (t) => {
+    const m = await createOn('h2', alice, {
+      name: 'busy',
+      image: 'http:latest',
+      memory_mb: 128,
+      service_group: { services: [{ port: 80, destination_port: 8080, handlers: ['http'] }] },
+    });
+    const busyFqdn = m.service_group.domains[0].fqdn as string;
+    const group = (await api.call('GET', '/v1/services', alice, { uuid: m.service_group.uuid })).body.data
+      .service_groups[0];
+    const r = await api.call('POST', '/v1/services/autoscale', alice, {
+      uuid: group.uuid,
+      master: { uuid: m.uuid },
+      min_size: 1,
+      max_size: 2,
+      warmup_time_ms: 2000,
+      cooldown_time_ms: 4000,
+      policies: [
+        {
+          name: 'cpu',
+          type: 'step',
+          steps: [
+            { upper_bound: 100, adjustment: -1 },
+            { lower_bound: 100, upper_bound: 200, adjustment: 0 },
+            { lower_bound: 200, adjustment: 1 },
+          ],
+        },
+      ],
+    });
+    assert.equal(r.status, 200, r.text);
+    const members = async () =>
+      (await api.daemon.store.read((tx) => tx.instances.inGroup(group.uuid))).filter((i) => i.state !== 'stopped');
+    // five request loops through the gateway on h1 (busybox httpd forks per connection: the master's CPU rises)
+    const loops =
+      `const http=require('http');let n=0;const go=()=>http.get({host:'127.0.0.1',port:80,headers:{host:${JSON.stringify(busyFqdn)}},timeout:5000},` +
+      `r=>{r.resume();r.on('end',()=>{n++;go()})}).on('error',()=>setTimeout(go,50));for(let i=0;i<5;i++)go();` +
+      `process.on('SIGTERM',()=>{console.log(n);process.exit(0)})`;
+    const load = spawn('ip', ['netns', 'exec', NS.h1, process.execPath, '-e', loops], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let clone: { id: string; host_id: string | null } | undefined;
+    try {
+      await poll(
+        'a clone running',
+        async () => {
+          clone = (await members()).find((i) => i.id !== m.uuid && i.state === 'running');
+          return clone !== undefined;
+        },
+        120_000,
+        500,
+      );
+    } finally {
+      load.kill('SIGTERM');
+    }
+    const served = await new Promise<string>((res) => {
+      let out = '';
+      load.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+      load.once('exit', () => res(out.trim()));
+    });
+    const where = (await hosts()).find((h) => h.id === clone!.host_id)?.name;
+    t.diagnostic(`clone on ${where} after ${served} requests through h1`);
+    assert.notEqual(where, 'h2', "a group's clone goes to another host than its master");
+    assert.equal((await members()).length, 2, 'max_size 2: one clone');
+    await poll('back to the master alone', async () => (await members()).length === 1, 120_000, 500);
+    assert.equal((await members())[0]!.id, m.uuid);
+  });
+
   test('host h2 dies: web comes up elsewhere with its address, and serves through the gateway again', async (t) => {
     const h2 = (await hosts()).find((h) => h.name === 'h2')!;
     const killedAt = Date.now();
