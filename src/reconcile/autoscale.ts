@@ -112,8 +112,11 @@ export class AutoscaleController implements Controller {
       configs: await this.configs(tx),
     }));
     this.sample(live);
-    const hostId = s.hostId;
-    const elsewhere = hostId ? live.filter((i) => i.host_id && i.host_id !== hostId).map((i) => i.id) : [];
+    // the published CPU of members of autoscaled groups that run on other hosts (none on a single host)
+    const groups = new Set(configs.map((c) => c.group_id));
+    const elsewhere = live
+      .filter((i) => s.hostId && i.host_id && i.host_id !== s.hostId && groups.has(i.service_group_id ?? ''))
+      .map((i) => i.id);
     const remote = elsewhere.length > 0 && this.o.remoteCpu ? await this.o.remoteCpu(elsewhere) : new Map();
     for (const c of configs) {
       try {
