@@ -47,7 +47,7 @@ import { startDaemon, type Daemon } from '../src/daemon.js';
 import { importGuestImages } from '../src/images/guest.js';
 import type { GatewayController } from '../src/reconcile/gateway.js';
 import { runFileInNewNetns } from '../test/helpers/netns.js';
-import { qemuProcs } from '../test/helpers/vm.js';
+import { qemuProcs, GUEST_CPU_STEPS } from '../test/helpers/vm.js';
 import { apiCaller, fmt, stats } from './boot-unikraft.js';
 import { portOpen, RAW_IP, RawQemu } from './raw-qemu.js';
 import { QmpClient } from '../src/machines/qemu/qmp.js';
@@ -370,17 +370,7 @@ async function autoscaleReaction(
     max_size: 2,
     warmup_time_ms: 1000,
     cooldown_time_ms: 2000,
-    policies: [
-      {
-        name: 'cpu',
-        type: 'step',
-        steps: [
-          { upper_bound: 100, adjustment: -1 },
-          { lower_bound: 100, upper_bound: 200, adjustment: 0 },
-          { lower_bound: 200, adjustment: 1 },
-        ],
-      },
-    ],
+    policies: [GUEST_CPU_STEPS],
   });
   if (conf.status !== 'success') throw new Error(`autoscale: ${JSON.stringify(conf)}`);
   const port = gwc.dataPlane!.boundPort(443)!;

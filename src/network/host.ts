@@ -55,9 +55,10 @@ export const VXLAN_PORT = 4789;
  * `-netdev tap,ifname=<tap>,script=no,downscript=no`), and the nftables
  * rules isolating users (see rules.ts and docs/network.md).
  *
- * Every method is idempotent and changes are serialized (the `nft` runs
- * that follow a tap's creation or removal are serialized apart, and merge
- * when they queue up). Taps are persistent
+ * Every method is idempotent. Changes of one tap run in order, changes of
+ * different taps side by side, and bridge-wide changes (setup, sync,
+ * overlay, teardown) alone; `nft` runs one at a time, merging the updates
+ * that queue behind it. Taps are persistent
  * devices: they outlive the daemon, and a running QEMU keeps its tap across
  * a daemon restart. After a restart call `setup()` then `sync()` with every
  * tap that should exist before any `ensureTap`/`removeTap`, because the
@@ -233,9 +234,8 @@ export class HostNetwork implements NetworkDriver {
    * as it is: no command runs (the boot path of a restart or a wake).
    */
   async ensureTap(spec: TapSpec): Promise<void> {
-    await (
-      await this.attachTap(spec)
-    ).admitted;
+    const { admitted } = await this.attachTap(spec);
+    await admitted;
   }
 
   /**

@@ -183,3 +183,19 @@ export function agentArgv(o: {
     o.config,
   ];
 }
+
+/**
+ * The CPU step policy of the autoscale runs with real guests (test/vm,
+ * bench/wake): under TCG an idle guest measures ~40 millicores and a few
+ * request loops ~350, so a loaded group gains a clone (≥ 200) and an idle
+ * one loses it (< 100).
+ */
+export const GUEST_CPU_STEPS = {
+  name: 'cpu',
+  type: 'step',
+  steps: [
+    { upper_bound: 100, adjustment: -1 },
+    { lower_bound: 100, upper_bound: 200, adjustment: 0 },
+    { lower_bound: 200, adjustment: 1 },
+  ],
+};

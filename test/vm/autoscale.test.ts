@@ -18,7 +18,7 @@ import { request } from 'undici';
 import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
-import { assertNoVmLeft, guestOut, poll } from '../helpers/vm.js';
+import { assertNoVmLeft, guestOut, poll, GUEST_CPU_STEPS } from '../helpers/vm.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -93,17 +93,7 @@ if (!insideTestNetns()) {
         max_size: 2,
         warmup_time_ms: 2000,
         cooldown_time_ms: 4000,
-        policies: [
-          {
-            name: 'cpu',
-            type: 'step',
-            steps: [
-              { upper_bound: 100, adjustment: -1 },
-              { lower_bound: 100, upper_bound: 200, adjustment: 0 },
-              { lower_bound: 200, adjustment: 1 },
-            ],
-          },
-        ],
+        policies: [GUEST_CPU_STEPS],
       });
       assert.equal(r.status, 200, r.text);
       const url = `http://${master.private_ip}:8080/`;

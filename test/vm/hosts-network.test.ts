@@ -28,7 +28,7 @@ import { startHarness, type Harness } from '../helpers/harness.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
 import { canRunNetns } from '../helpers/netns.js';
 import { requirePart } from '../helpers/require.js';
-import { agentArgv, guestOut, poll, qemuProcs, ROOT } from '../helpers/vm.js';
+import { agentArgv, guestOut, poll, qemuProcs, ROOT, GUEST_CPU_STEPS } from '../helpers/vm.js';
 
 const LEASE_MS = 3000;
 const SUBNET = '10.67.0.0/24';
@@ -271,17 +271,7 @@ describe('three hosts, one private network, a gateway and a host that dies', { s
       max_size: 2,
       warmup_time_ms: 2000,
       cooldown_time_ms: 4000,
-      policies: [
-        {
-          name: 'cpu',
-          type: 'step',
-          steps: [
-            { upper_bound: 100, adjustment: -1 },
-            { lower_bound: 100, upper_bound: 200, adjustment: 0 },
-            { lower_bound: 200, adjustment: 1 },
-          ],
-        },
-      ],
+      policies: [GUEST_CPU_STEPS],
     });
     assert.equal(r.status, 200, r.text);
     const members = async () =>
