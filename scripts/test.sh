@@ -17,12 +17,15 @@ echo "==> format check"; npx prettier --check . >/dev/null || { npx prettier --c
 echo "==> OpenAPI document"; npx tsx scripts/gen-openapi.ts --check
 
 echo "==> tests"
+# A bound on each test and each file (the longest file takes about 2 min here): one that hangs, or a
+# file whose process cannot end (a server left open), fails by name instead of eating CI's 90 minutes.
+limit=--test-timeout=900000
 files=$(ls src/*.test.ts src/*/*.test.ts src/*/*/*.test.ts test/meta/*.test.ts test/store/*.test.ts test/api/*.test.ts test/cli/*.test.ts test/acme/*.test.ts test/web/*.test.ts test/vm/*.test.ts test/crash/*.test.ts 2>/dev/null || true)
 # shellcheck disable=SC2086
-node --import tsx --test --test-concurrency=2 --test-reporter=spec --test-reporter-destination=stdout $files
+node --import tsx --test $limit --test-concurrency=2 --test-reporter=spec --test-reporter-destination=stdout $files
 
 # One contract, two stores: the API suite again on PostgreSQL (a throwaway server per test
 # process on a unix socket, test/helpers/postgres.ts); SQLite ran above.
 echo "==> API tests on PostgreSQL"
-UNIHOST_TEST_STORE=postgres node --import tsx --test --test-concurrency=2 --test-reporter=spec \
+UNIHOST_TEST_STORE=postgres node --import tsx --test $limit --test-concurrency=2 --test-reporter=spec \
   --test-reporter-destination=stdout test/api/*.test.ts

@@ -65,9 +65,10 @@ export class VolumeService {
   }
 
   /**
-   * Attaches inside `tx`. A volume created in the same transaction may still
-   * be initializing; any other must be `available`. The instance must be
-   * stopped (or being created) and have no volume yet.
+   * Attaches inside `tx`. The volume must be `available`, or still being
+   * made (`initializing`: its agent formats or copies it, on another host
+   * maybe; the boot waits for it, and it turns `idle` when made). The
+   * instance must be stopped (or being created) and have no volume yet.
    */
   async attachInTx(
     tx: Tx,
@@ -78,8 +79,8 @@ export class VolumeService {
     creating = false,
   ): Promise<void> {
     checkMountPath(at);
-    const fresh = creating && v.state === 'initializing' && v.instance_id === null && !v.persistent;
-    if (v.state !== 'available' && !fresh)
+    const making = v.state === 'initializing' || v.state === 'uninitialized';
+    if (v.state !== 'available' && !making)
       throw err('UH_WRONG_STATE', `volume '${v.name}' is ${v.state}, not available`);
     if (v.instance_id !== null) throw err('UH_ATTACHED', `volume '${v.name}' is already attached`);
     if (inst.state !== 'stopped' && !creating) {

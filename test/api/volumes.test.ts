@@ -240,6 +240,39 @@ describe('attach, detach, delete', () => {
     entryError(await attach(alice, v.uuid, { attach_to: { uuid: i.uuid }, at: '/data' }), 11, /busy, not available/);
   });
 
+  test('a volume still being made can be attached, and named in a create', async () => {
+    // no controller makes volumes here: they stay `initializing`, as on a host whose agent is still formatting
+    // (the boot waits for it; test/api/hosts.test.ts has a volume made by another host's agent)
+    const slow = await startHarness({}, (s) => [simMachines(s, { volumes: false })]);
+    try {
+      const bob = await slow.user('bob');
+      await slow.image('app:latest');
+      const made = async (name: string) => {
+        const r = await slow.call('POST', '/v1/volumes', bob, { name, size_mb: 16 });
+        const [v] = ok(r);
+        assert.equal(v.state, 'initializing', r.text);
+        return v;
+      };
+      const v1 = await made('one');
+      const [i1] = ok(await slow.call('POST', '/v1/instances', bob, { image: 'app:latest' }), 'instances');
+      ok(await slow.call('PUT', `/v1/volumes/${v1.uuid}/attach`, bob, { attach_to: { uuid: i1.uuid }, at: '/data' }));
+      const v2 = await made('two');
+      const [i2] = ok(
+        await slow.call('POST', '/v1/instances', bob, { image: 'app:latest', volumes: [{ uuid: v2.uuid, at: '/d' }] }),
+        'instances',
+      );
+      for (const [v, i] of [
+        [v1, i1],
+        [v2, i2],
+      ]) {
+        const got = ok(await slow.call('GET', '/v1/volumes', bob, { uuid: v.uuid }))[0];
+        assert.deepEqual([got.state, got.attached_to], ['initializing', [{ uuid: i.uuid }]]);
+      }
+    } finally {
+      await slow.close();
+    }
+  });
+
   test('the instance must be stopped', async () => {
     const v = await newVolume(alice);
     const i = await newInstance(alice, { autostart: true, wait_timeout_ms: 10000 });
