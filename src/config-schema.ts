@@ -98,6 +98,11 @@ export const ConfigFileSchema = Obj({
     retryBaseMs: Int(1),
     retryMaxMs: Int(1),
   }),
+  domainProof: Obj({
+    enabled: Type.Boolean(),
+    dnsServers: Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 8 }),
+    timeoutMs: Int(100, 30_000),
+  }),
   store: Obj({ url: Type.String(), resyncMs: Int(100) }),
   roles: Type.Array(OneOf('api', 'agent', 'gateway'), { minItems: 1, uniqueItems: true }),
   host: Obj({

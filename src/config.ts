@@ -47,6 +47,7 @@ export interface Config {
   volumes: VolumesConfig;
   gateway: GatewayConfig;
   acme: AcmeConfig;
+  domainProof: DomainProofConfig;
   store: StoreConfig;
   /** what this process does: `api` (the HTTP API), `agent` (runs this host's VMs, taps, volumes, DNS), `gateway` (HAProxy) */
   roles: Role[];
@@ -130,6 +131,20 @@ export interface AcmeConfig {
   /** back-off after the first failure, doubled per attempt (per domain), at most `retryMaxMs` */
   retryBaseMs: number;
   retryMaxMs: number;
+}
+
+/**
+ * Proof of control of custom domains in DNS (src/services/domain-proofs.ts,
+ * docs/certificates.md): a name another account holds moves to the account
+ * that publishes its `_unihost-challenge` TXT record.
+ */
+export interface DomainProofConfig {
+  /** look proofs up at all (off: a custom name stays with whoever took it first) */
+  enabled: boolean;
+  /** resolvers to ask (`ip` or `ip:port`); empty: the host's (/etc/resolv.conf) */
+  dnsServers: string[];
+  /** per try (two tries) */
+  timeoutMs: number;
 }
 
 export const LETS_ENCRYPT_PRODUCTION = 'https://acme-v02.api.letsencrypt.org/directory';
@@ -294,6 +309,7 @@ export const DEFAULTS: Config = {
     retryBaseMs: 60_000,
     retryMaxMs: 3_600_000,
   },
+  domainProof: { enabled: true, dnsServers: [], timeoutMs: 2000 },
   store: { url: '', resyncMs: 30_000 },
   roles: ['api', 'agent', 'gateway'],
   host: { name: hostname(), address: '', leaseMs: 10_000, watchdog: 'auto', agentPort: 7879 },

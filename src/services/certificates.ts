@@ -58,7 +58,11 @@ export class CertificateService {
       (c) =>
         c.user_id !== user.id && c.state !== 'error' && c.common_name === fqdn && (c.source === 'acme' || c.proven),
     );
-    if (other) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is claimed by another account`);
+    if (other && !this.deps.proofs.has(user.id, fqdn))
+      throw err(
+        'UH_DOMAIN_TAKEN',
+        `domain '${fqdn}' is claimed by another account` + this.deps.proofs.howToProve(user.id, fqdn),
+      );
   }
 
   /**
@@ -128,6 +132,7 @@ export class CertificateService {
     const cn = normalizeName(cnIn);
     const up = checkUpload({ chain: p.chain, pkey: p.pkey, cn }, this.deps.clock.now());
     const name = p.name ?? `cert-${randomSuffix(8)}`;
+    await this.deps.proofs.prepare(user.id, [`${cn}.`]);
     const id = randomUUID();
     await this.files.write(id, { cert: up.chain, key: up.key });
     try {

@@ -4,6 +4,7 @@ import type { Config } from '../config.js';
 import type { Subnet } from '../network/address.js';
 import type { Paths } from '../paths.js';
 import type { InstanceRec, Store, Tx, UserRec } from '../store/types.js';
+import type { DomainProofs } from './domain-proofs.js';
 
 /**
  * What every service is built on. It names no service: each service module
@@ -26,6 +27,8 @@ export interface ServiceBase {
   figures: LiveFigures;
   /** instances' console logs, where their host keeps them */
   consoles: ConsoleReader;
+  /** proofs of control of custom domains in DNS, looked up before a request's transaction */
+  proofs: DomainProofs;
 }
 
 /** The instance rules other services apply inside their own transactions (autoscale clones, standby masters). */

@@ -22,6 +22,7 @@ type Deps = ServiceBase & {
  * "Limits"). The answer says what changed.
  */
 export async function updateGroup(deps: Deps, user: UserRec, t: Target, u: UpdateIn): Promise<Record<string, unknown>> {
+  if (u.prop === 'domains' && u.op !== 'del') await deps.proofs.prepare(user.id, domainNames(u.value));
   return deps.store.tx(async (tx) => {
     const g = await findGroup(tx, user, t);
     const said = await apply(deps, tx, user, g, u);
@@ -82,6 +83,13 @@ async function updateServices(deps: Deps, tx: Tx, user: UserRec, g: ServiceGroup
 }
 
 /** `domains`: `set` the group's names, `add` more, `del` some (by name, as given at creation or as FQDN). */
+/** The names in a `domains` update's value, for the proofs looked up before it (bad values are refused in it). */
+function domainNames(value: unknown): string[] {
+  return (Array.isArray(value) ? value : [value]).flatMap((x: unknown) =>
+    typeof x === 'string' ? [x] : x && typeof (x as DomainIn).name === 'string' ? [(x as DomainIn).name] : [],
+  );
+}
+
 async function updateDomains(deps: Deps, tx: Tx, user: UserRec, g: ServiceGroupRec, u: UpdateIn): Promise<string> {
   const list = (Array.isArray(u.value) ? u.value : [u.value]) as unknown[];
   const asDomain = (x: unknown): DomainIn => {

@@ -11,6 +11,7 @@ import type { CertificateService } from './certificates.js';
 import type { ServiceBase } from './deps.js';
 import { assertQuota } from './users.js';
 import { findGroup } from './lookup.js';
+import { PROOF_LABEL } from './domain-proofs.js';
 import { updateGroup } from './group-updates.js';
 import type { UpdateIn } from '../domain/updates.js';
 
@@ -103,14 +104,37 @@ export class GroupService {
     return g;
   }
 
-  /** Claims one domain for `g`: not reserved, not used by anyone; custom FQDNs get a certificate. */
+  /**
+   * Claims one domain for `g`: not reserved, not used by anyone; custom FQDNs
+   * get a certificate. A custom FQDN another account's group has moves to
+   * `g` when this account proved control of it in DNS (domain-proofs.ts).
+   */
   async addDomainInTx(tx: Tx, user: UserRec, g: ServiceGroupRec, dom: DomainIn): Promise<void> {
     const { fqdn, custom } = parseDomain(dom.name, this.deps.config.metroDomain);
     this.checkReserved(fqdn);
-    if (await tx.domains.get(fqdn)) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is already in use`);
+    const held = await tx.domains.get(fqdn);
+    if (held) {
+      if (held.user_id === user.id) throw err('UH_DOMAIN_TAKEN', `domain '${fqdn}' is already in use`);
+      if (!custom || !this.deps.proofs.has(user.id, fqdn))
+        throw err(
+          'UH_DOMAIN_TAKEN',
+          `domain '${fqdn}' is already in use` + (custom ? this.deps.proofs.howToProve(user.id, fqdn) : ''),
+        );
+      await this.takeOverInTx(tx, held.group_id, fqdn);
+    }
     await assertQuota(tx, this.deps.config, user, { domains: 1 });
     const cert = custom ? await this.deps.certificates.forDomainInTx(tx, user, fqdn, dom.certificate) : null;
     await tx.domains.insert({ fqdn, group_id: g.id, user_id: user.id, certificate_id: cert?.id ?? null });
+  }
+
+  /** Takes `fqdn` from the group that had it; its instances get a notice saying why. */
+  private async takeOverInTx(tx: Tx, groupId: string, fqdn: string): Promise<void> {
+    await tx.domains.delete(fqdn);
+    for (const i of await tx.instances.inGroup(groupId))
+      tx.events.notice(
+        i,
+        `domain '${fqdn}' left this service group: another account proved control of it in DNS (${PROOF_LABEL}.${fqdn} TXT)`,
+      );
   }
 
   /** `{uuid, name, domains}` as shown in instances and create responses. */
@@ -132,6 +156,10 @@ export class GroupService {
   }
 
   async create(user: UserRec, d: GroupDescription) {
+    await this.deps.proofs.prepare(
+      user.id,
+      (d.domains ?? []).map((x) => x.name),
+    );
     return this.deps.store.tx(async (tx) => this.summary(tx, await this.createInTx(tx, user, d, true)));
   }
 

@@ -9,6 +9,7 @@ import { StoreFigures } from '../figures.js';
 import { LocalConsoles } from '../machines/console-log.js';
 import { AutoscaleService } from './autoscale.js';
 import { CertificateService } from './certificates.js';
+import { DomainProofs } from './domain-proofs.js';
 import type { ServiceBase } from './deps.js';
 import { GroupService } from './groups.js';
 import { HostService } from './hosts.js';
@@ -53,6 +54,7 @@ export function createServices(config: Config, store: Store, clock: Clock = syst
     // a process that measures nothing reads what the measuring ones publish (src/controllers.ts replaces it)
     figures: new StoreFigures(store, () => clock.now()),
     consoles: new LocalConsoles((id) => paths.instance(id)),
+    proofs: new DomainProofs(config.domainProof, store, config.metroDomain, () => clock.now()),
   };
   // with several hosts, the log of an instance that ran on another host is read from its agent
   base.consoles = new HostConsoles({ store, hostId: () => base.hostId, local: base.consoles });

@@ -405,6 +405,10 @@ export class InstanceService {
     lease: WaitLease | null,
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>[]> {
+    await this.deps.proofs.prepare(
+      user.id,
+      (p.service_group?.domains ?? []).map((d) => d.name),
+    );
     const { instances, summary } = await this.store.tx(
       async (tx) => {
         const r = await createInTx(this.deps, tx, user, p);

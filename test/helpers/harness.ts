@@ -96,6 +96,8 @@ export async function startHarness(
     authFailures: { ...DEFAULTS.authFailures, max: 0, ...over.authFailures },
     // never Let's Encrypt from a test: a test that wants ACME names its own directory
     acme: { ...DEFAULTS.acme, enabled: false, ...over.acme },
+    // never the host's resolver from a test (it is not on loopback): test/api/domain-proof.test.ts runs its own
+    domainProof: { ...DEFAULTS.domainProof, enabled: false, ...over.domainProof },
     defaultQuotas: {
       hard: { ...DEFAULTS.defaultQuotas.hard, ...over.defaultQuotas?.hard },
       limits: { ...DEFAULTS.defaultQuotas.limits, ...over.defaultQuotas?.limits },
