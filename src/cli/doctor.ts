@@ -52,6 +52,47 @@ const tool = async (name: string, cmd: string, args: string[], fix: string, opti
     : { name, status: optional ? 'warn' : 'fail', detail: `${cmd} not found`, fix };
 };
 
+/** The hosts' network must carry a guest's 1500-byte frame plus VXLAN's 50 bytes (docs/hosts.md). */
+const HOSTS_MTU = 1550;
+
+/**
+ * With several hosts: the link of `host.address` carries VXLAN between the
+ * hosts' bridges. `addrJson` is what `ip -j addr show` printed.
+ */
+export function hostsLinkCheck(addrJson: string, address: string): Check {
+  const name = 'hosts network';
+  const links = JSON.parse(addrJson) as { ifname: string; mtu: number; addr_info?: { local: string }[] }[];
+  const l = links.find((x) => x.addr_info?.some((a) => a.local === address));
+  if (!l)
+    return {
+      name,
+      status: 'fail',
+      detail: `no link of this host has host.address ${address}`,
+      fix: "set host.address (--host-address) to this host's address on the hosts' network",
+    };
+  return l.mtu >= HOSTS_MTU
+    ? { name, status: 'ok', detail: `${address} on ${l.ifname}, MTU ${l.mtu}` }
+    : {
+        name,
+        status: 'warn',
+        detail: `${address} on ${l.ifname}, MTU ${l.mtu}: guests' large packets to other hosts are lost`,
+        fix: `raise the MTU of the hosts' links to ${HOSTS_MTU} or more (ip link set dev ${l.ifname} mtu ${HOSTS_MTU}, on every host)`,
+      };
+}
+
+async function hostsLink(address: string): Promise<Check> {
+  try {
+    return hostsLinkCheck((await run('ip', ['-j', 'addr', 'show'])).stdout, address);
+  } catch (e) {
+    return {
+      name: 'hosts network',
+      status: 'warn',
+      detail: `could not read the links: ${(e as Error).message}`,
+      fix: 'install iproute2',
+    };
+  }
+}
+
 /** Every check of the host for the daemon of `config`. */
 export async function runChecks(config: Config): Promise<Check[]> {
   const checks: Promise<Check>[] = [];
@@ -93,6 +134,7 @@ export async function runChecks(config: Config): Promise<Check[]> {
   }
   checks.push(tool('ip', 'ip', ['-V'], apt('iproute2')));
   checks.push(tool('nft', 'nft', ['--version'], apt('nftables')));
+  if (config.host.address) checks.push(hostsLink(config.host.address));
   checks.push(tool('mkfs.ext4', 'mkfs.ext4', ['-V'], apt('e2fsprogs')));
   if (config.gateway.enabled && config.gateway.driver === 'haproxy')
     checks.push(tool('haproxy', 'haproxy', ['-v'], apt('haproxy')));

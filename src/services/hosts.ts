@@ -25,6 +25,37 @@ export interface HostClaim {
   subnet: Subnet;
   /** the port its agent serves console logs on (src/agent-server.ts); null: none */
   agentPort: number | null;
+  /** its private network settings, `subnet=… bridge=… vni=…`: every live host's must be the same */
+  network: string;
+}
+
+/** The settings of the private network that every host of one platform must share (docs/hosts.md). */
+export function networkSettings(config: Config): string {
+  return `subnet=${config.subnet} bridge=${config.network.bridge} vni=${config.network.vni}`;
+}
+
+/**
+ * Refuses an agent whose private network settings differ from those of a
+ * live host: a different subnet, bridge name or VXLAN id would split the
+ * network (addresses taken twice, frames dropped) without an error anywhere.
+ */
+function checkSameNetwork(claim: HostClaim, hosts: HostRec[], now: number): void {
+  const mine = new Map(claim.network.split(' ').map((kv) => kv.split('=') as [string, string]));
+  for (const h of hosts) {
+    if (h.name === claim.name || !h.network || h.network === claim.network) continue;
+    if (h.state === 'dead' || !leaseHeld(h, now)) continue;
+    const theirs = new Map(h.network.split(' ').map((kv) => kv.split('=') as [string, string]));
+    const diff = [...mine]
+      .filter(([k, v]) => theirs.get(k) !== v)
+      .map(
+        ([k, v]) =>
+          `${k === 'subnet' ? k : `network.${k}`} is ${v} here, ${theirs.get(k) ?? 'unset'} on host '${h.name}'`,
+      );
+    throw new Error(
+      `this host's private network does not match the live host '${h.name}': ${diff.join('; ')}. ` +
+        'Every host of one platform uses the same subnet, network.bridge and network.vni (docs/hosts.md)',
+    );
+  }
 }
 
 /**
@@ -61,6 +92,7 @@ export function hostClaim(config: Config): HostClaim {
     vcpus: Number.isFinite(vcpus) ? vcpus : null,
     subnet: parseSubnet(config.subnet),
     agentPort: null,
+    network: networkSettings(config),
   };
 }
 
@@ -80,11 +112,13 @@ export async function registerHost(store: Store, claim: HostClaim, clock: Clock)
     await tx.lock(ADMISSION);
     const now = Date.now(); // leases are on the wall clock (src/domain/hosts.ts)
     const lease = new Date(now + claim.leaseMs).toISOString();
+    checkSameNetwork(claim, await tx.hosts.list(), now);
     const figures = {
       address: claim.address || null,
       memory_mb: claim.memoryMb,
       vcpus: claim.vcpus,
       agent_port: claim.agentPort,
+      network: claim.network,
     };
     let host = await tx.hosts.getByName(claim.name);
     if (!host) {

@@ -323,6 +323,8 @@ export interface HostRec {
   net_slot: number | null;
   /** where the agent serves its instances' console logs on its address (src/agent-server.ts); null: nowhere */
   agent_port: number | null;
+  /** the private network settings its agent runs with (`subnet=… bridge=… vni=…`); null: from before they were kept */
+  network: string | null;
 }
 
 export interface ServiceEntry {

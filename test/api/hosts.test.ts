@@ -124,6 +124,24 @@ describe('many hosts on one PostgreSQL', { skip }, () => {
     await assert.rejects(agent('h2'), /host name 'h2' is held by another agent .*another --host-name/);
   });
 
+  test('an agent whose private network settings differ from the live hosts is refused at start, naming them', async () => {
+    await assert.rejects(
+      agent('h9', { subnet: '10.99.0.0/16', network: { ...DEFAULTS.network, driver: 'memory', vni: 42 } }),
+      (e: Error) => {
+        assert.match(e.message, /this host's private network does not match the live host 'h\d'/);
+        assert.match(e.message, /subnet is 10\.99\.0\.0\/16 here, 10\.88\.0\.0\/16 on host/);
+        assert.match(e.message, /network\.vni is 42 here, 7878 on host/);
+        assert.doesNotMatch(e.message, /network\.bridge is/, 'only what differs');
+        return true;
+      },
+    );
+    assert.deepEqual(
+      (await hosts()).map((h) => h.name),
+      ['h1', 'h2', 'h3'],
+      'nothing registered',
+    );
+  });
+
   test('a group of three spreads over the three hosts; figures per host', async () => {
     const e = await create(api, {
       name: 'web',

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { hostsLinkCheck } from '../../src/cli/doctor.js';
 import { runCli } from '../helpers/cli.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'uh-doctor-'));
@@ -52,4 +53,28 @@ test('a missing tool is a failure with the package to install, and the exit code
   assert.match(q.detail, /not found/);
   assert.match(q.fix ?? '', /qemu-system-x86/);
   assert.equal(r.code, 1);
+});
+
+test("with a host address: the link that holds it, its MTU against VXLAN's 1550, or a failure when none has it", async () => {
+  const on = await doctor({ machines: { accel: 'tcg' }, host: { address: '127.0.0.1' } });
+  const lo = on.checks.find((c) => c.name === 'hosts network')!;
+  assert.equal(lo.status, 'ok', JSON.stringify(lo));
+  assert.match(lo.detail, /^127\.0\.0\.1 on lo, MTU \d+$/);
+  const off = await doctor({ machines: { accel: 'tcg' }, host: { address: '192.0.2.77' } });
+  const none = off.checks.find((c) => c.name === 'hosts network')!;
+  assert.deepEqual([none.status, none.detail], ['fail', 'no link of this host has host.address 192.0.2.77']);
+  assert.equal(off.code, 1);
+  assert.ok(
+    !(await doctor({ machines: { accel: 'tcg' } })).checks.some((c) => c.name === 'hosts network'),
+    'one host: no check',
+  );
+  // a link of the usual 1500 bytes: guests' large packets would be lost between hosts
+  const ipJson = JSON.stringify([
+    { ifname: 'lo', mtu: 65536, addr_info: [{ local: '127.0.0.1' }] },
+    { ifname: 'eth0', mtu: 1500, addr_info: [{ local: '10.1.2.3' }] },
+  ]);
+  const warn = hostsLinkCheck(ipJson, '10.1.2.3');
+  assert.equal(warn.status, 'warn');
+  assert.match(warn.detail, /10\.1\.2\.3 on eth0, MTU 1500: guests' large packets to other hosts are lost/);
+  assert.match(warn.fix!, /ip link set dev eth0 mtu 1550/);
 });

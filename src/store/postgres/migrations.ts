@@ -259,4 +259,7 @@ export const PG_MIGRATIONS: string[] = [
   /* 9: SQLite migration 12 (agent ports) */ `
   ALTER TABLE hosts ADD COLUMN agent_port integer;
   `,
+  /* 10: SQLite migration 13 (network settings) */ `
+  ALTER TABLE hosts ADD COLUMN network text;
+  `,
 ];

@@ -328,4 +328,7 @@ export const MIGRATIONS: string[] = [
   /* 12: many hosts (issue 22): the port where an agent serves its instances' console logs to API servers */ `
   ALTER TABLE hosts ADD COLUMN agent_port INTEGER;
   `,
+  /* 13: many hosts (issue 22): each host's private network settings, which every live host must share */ `
+  ALTER TABLE hosts ADD COLUMN network TEXT;
+  `,
 ];
