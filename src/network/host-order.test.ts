@@ -21,6 +21,10 @@ class Script {
   nftActive = 0;
   nftMaxActive = 0;
   nftRuns = 0;
+  /** the input of the last `nft` run that succeeded */
+  rules = '';
+  /** how many `nft` runs fail next */
+  nftFailures = 0;
 
   hold(re: RegExp): () => void {
     let release!: () => void;
@@ -41,6 +45,11 @@ class Script {
       const h = this.held.find((x) => x.re.test(line));
       if (h) await h.wait;
       await new Promise((r) => setImmediate(r));
+      if (nft && this.nftFailures > 0) {
+        this.nftFailures--;
+        throw new Error('nft: Could not process rule: Device or resource busy');
+      }
+      if (nft) this.rules = input ?? '';
       if (argv.includes('-j')) return '[]';
       return '';
     } finally {
@@ -114,4 +123,25 @@ test('sync waits for the tap changes under way, and a tap change asked for durin
   const bStart = s.log.findIndex((l) => l.startsWith(`start ip -batch - <tuntap add dev ${spec(2).tap}`));
   assert.ok(aEnd < syncStart, 'sync began after the tap change under way');
   assert.ok(bStart > syncEnd, 'the tap change asked for during sync ran after it');
+});
+
+test('a failed nft run that a later one covers admits the tap; failing again, the tap leaves the rules', async () => {
+  const s = new Script();
+  const net = new HostNetwork({ subnet: '10.90.0.0/24', run: s.run });
+  const [a, b, c] = [spec(1), spec(2), spec(3)];
+  // a's run fails while b's update waits behind it; b's run has a in it too: a is admitted after all
+  const release = s.hold(/^nft/);
+  const first = await net.attachTap(a);
+  const second = await net.attachTap(b);
+  s.nftFailures = 1;
+  release();
+  await Promise.all([first.admitted, second.admitted]);
+  for (const t of [a, b]) assert.ok(s.rules.includes(t.tap), `${t.tap} is in the rules applied`);
+  // every run fails for c: its boot is refused, and once nft works again the rules no longer name it
+  s.nftFailures = 2;
+  const third = await net.attachTap(c);
+  await assert.rejects(third.admitted, /Device or resource busy/);
+  await new Promise((r) => setTimeout(r, 20));
+  assert.ok(!s.rules.includes(c.tap), 'c is not in the rules');
+  for (const t of [a, b]) assert.ok(s.rules.includes(t.tap), `${t.tap} is still in the rules`);
 });

@@ -1,0 +1,126 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { CommandError } from './cmd.js';
+
+/** A request written to the running `ip`: its last input line, and what failed among its lines. */
+interface Pending {
+  /** the input line number of its marker */
+  end: number;
+  first: number;
+  lines: string[];
+  errors: string[];
+  resolve: () => void;
+  reject: (e: Error) => void;
+  timer: NodeJS.Timeout;
+}
+
+/** The one line `-o link show dev lo` prints: the marker that the lines before it are done. */
+const MARKER = 'link show dev lo';
+const MARKER_OUT = /^\d+: lo[:@]/;
+const FAILED = /^Command failed -:(\d+)$/;
+
+/**
+ * One long-lived `ip -o -force -batch -` for the `ip` commands on a boot's
+ * path (a tap made, a tap deleted): a new `ip` process costs 5-15 ms per
+ * tap (more under load), a few lines to a running one well under 1 ms. `ip`
+ * answers each input line in order and flushes after each; `-force` goes
+ * on after a failed line and names it on stderr (`Command failed -:<line
+ * number>`). So each request is its lines and a marker line whose one line
+ * of output says that the request is done, and the failures whose line
+ * numbers fall in its range are its own.
+ *
+ * The process starts at the first request and again after it ended; a
+ * request it did not finish (it died, or took longer than `timeoutMs`: it is
+ * then killed) fails with a CommandError, as a spawned `ip` would.
+ */
+export class IpBatch {
+  private p: ChildProcess | undefined;
+  /** input lines written to the current process */
+  private written = 0;
+  private readonly pending: Pending[] = [];
+  private out = '';
+  private errLines: string[] = [];
+
+  constructor(
+    /** the command: `['ip']`, or `['ip', 'netns', 'exec', ns, 'ip']` */
+    private readonly cmd: string[],
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** Runs `lines` (`ip` commands without the leading `ip`); rejects naming the lines that failed. */
+  run(lines: string[]): Promise<void> {
+    // a request prints nothing when it works: output of its own would be taken for markers
+    const bad = lines.find((l) => l.includes('\n') || /^\S+\s+(show|list|get|monitor)\b/.test(l));
+    if (bad !== undefined)
+      return Promise.reject(new Error(`ip batch: '${bad}' is not one command that prints nothing`));
+    const p = this.process();
+    return new Promise<void>((resolve, reject) => {
+      const first = this.written + 1;
+      this.written += lines.length + 1;
+      const timer = setTimeout(() => this.end(p, `no answer in ${this.timeoutMs} ms`, this.timeoutMs), this.timeoutMs);
+      this.pending.push({ end: this.written, first, lines, errors: [], resolve, reject, timer });
+      p.stdin!.write(`${lines.join('\n')}\n${MARKER}\n`);
+    });
+  }
+
+  /** Ends the process; requests under way fail. */
+  close(): void {
+    if (this.p) this.end(this.p, 'closed');
+  }
+
+  private process(): ChildProcess {
+    if (this.p) return this.p;
+    // stderr into stdout: a failed line's message comes before the next marker, in one ordered stream
+    const argv = ['-c', 'exec "$@" 2>&1', 'sh', ...this.cmd, '-o', '-force', '-batch', '-'];
+    const p = spawn('/bin/sh', argv, { stdio: ['pipe', 'pipe', 'ignore'] });
+    this.p = p;
+    this.written = 0;
+    this.out = '';
+    this.errLines = [];
+    p.stdin!.on('error', () => undefined); // it died: 'close' fails what is pending
+    // an idle `ip` keeps no process alive (a request's timer does while it runs); it ends at EOF when we do
+    p.unref();
+    for (const s of [p.stdin, p.stdout] as unknown as { unref?: () => void }[]) s.unref?.();
+    p.stdout!.setEncoding('utf8').on('data', (d: string) => {
+      this.out += d;
+      for (let nl = this.out.indexOf('\n'); nl >= 0; nl = this.out.indexOf('\n')) {
+        const line = this.out.slice(0, nl);
+        this.out = this.out.slice(nl + 1);
+        this.line(line);
+      }
+    });
+    p.on('error', (e) => this.end(p, e.message));
+    p.on('close', (code) => this.end(p, `ip ended (${code ?? 'signal'})`));
+    return p;
+  }
+
+  /** One line of output: a marker (the oldest request is done), a failed line's number, or an error message. */
+  private line(line: string): void {
+    if (MARKER_OUT.test(line)) {
+      const req = this.pending.shift();
+      if (!req) return;
+      clearTimeout(req.timer);
+      if (req.errors.length === 0) req.resolve();
+      else req.reject(new CommandError(['ip', '-batch', '-'], 1, req.errors.join('\n')));
+      return;
+    }
+    const m = FAILED.exec(line);
+    if (!m) {
+      if (this.errLines.length < 20) this.errLines.push(line);
+      return;
+    }
+    const n = Number(m[1]);
+    const req = this.pending.find((r) => n >= r.first && n < r.end);
+    req?.errors.push(`${req.lines[n - req.first]}: ${this.errLines.join('; ') || 'failed'}`);
+    this.errLines = [];
+  }
+
+  private end(p: ChildProcess, why: string, timeoutMs?: number): void {
+    if (this.p !== p) return;
+    this.p = undefined;
+    p.kill('SIGKILL');
+    for (const req of this.pending.splice(0)) {
+      clearTimeout(req.timer);
+      req.reject(new CommandError(['ip', '-batch', '-'], null, why, '', timeoutMs));
+    }
+  }
+}
