@@ -22,6 +22,12 @@ test('each request learns of its own failed lines only; the process serves many 
     assert.doesNotMatch(e.stderr, /dev lo/);
     assert.deepEqual([good.status, also.status], ['fulfilled', 'fulfilled']);
     for (let i = 0; i < 50; i++) await b.run(['link set dev lo up']);
+    // nothing to do costs nothing, and the line count stays right for what follows
+    await b.run([]);
+    await assert.rejects(
+      b.run(['link set dev lo up', 'link set dev uhnosuch2 up']),
+      /link set dev uhnosuch2 up: Cannot find device/,
+    );
   } finally {
     b.close();
   }

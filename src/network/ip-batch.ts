@@ -23,9 +23,10 @@ const FAILED = /^Command failed -:(\d+)$/;
  * path (a tap made, a tap deleted): a new `ip` process costs 5-15 ms per
  * tap (more under load), a few lines to a running one well under 1 ms. `ip`
  * answers each input line in order and flushes after each; `-force` goes
- * on after a failed line and names it on stderr (`Command failed -:<line
- * number>`). So each request is its lines and a marker line whose one line
- * of output says that the request is done, and the failures whose line
+ * on after a failed line and names it (`Command failed -:<line number>`,
+ * after its message, on stderr: joined to stdout here, so both come in
+ * order). So each request is its lines and a marker line whose one line of
+ * output says that the request is done, and the failures whose line
  * numbers fall in its range are its own.
  *
  * The process starts at the first request and again after it ended; a
@@ -52,6 +53,7 @@ export class IpBatch {
     const bad = lines.find((l) => l.includes('\n') || /^\S+\s+(show|list|get|monitor)\b/.test(l));
     if (bad !== undefined)
       return Promise.reject(new Error(`ip batch: '${bad}' is not one command that prints nothing`));
+    if (lines.length === 0) return Promise.resolve();
     const p = this.process();
     return new Promise<void>((resolve, reject) => {
       const first = this.written + 1;
