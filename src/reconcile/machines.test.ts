@@ -216,3 +216,24 @@ describe('stop', () => {
     assert.ok(!existsSync(w.s.paths.instance(id)));
   });
 });
+
+test("a boot's ready mark whose transaction failed is recorded by the retried reconcile, not lost until the boot timeout", async () => {
+  const w = await world({ bootTimeoutMs: 60_000 });
+  const id = await create(w);
+  assert.ok(w.d.running.has(id));
+  // the ready signal's transaction fails once, as one that keeps losing serialization conflicts does
+  const tx = w.s.store.tx.bind(w.s.store);
+  let failures = 1;
+  w.s.store.tx = ((f, o) =>
+    failures-- > 0
+      ? Promise.reject(new Error('the change kept conflicting with concurrent changes (10 attempts)'))
+      : tx(f, o)) as typeof w.s.store.tx;
+  w.d.ready(id);
+  await settle(w);
+  assert.deepEqual(w.errors, ['machine reconcile failed']);
+  assert.equal((await rec(w, id)).state, 'starting');
+  await advance(w, 1_000);
+  const r = await rec(w, id);
+  assert.equal(r.state, 'running', 'recorded at the retry, long before the 60 s boot timeout');
+  assert.ok(r.boot_time_us !== null);
+});

@@ -18,6 +18,9 @@ import { killStrays, settleVanishedInTx, stopWithoutVmInTx } from './machine-ado
 import { snapshotFile, Snapshots } from './machine-snapshots.js';
 import { decideMachine, type MachineChooser } from '../images/boot-files.js';
 
+/** A mark of a boot: the VMM's and the guest's (the driver's), or its ports accepting (the platform's probe). */
+type MarkEvent = Exclude<MachineEvent, { type: 'exit' }> | { type: 'listening'; at: number };
+
 export interface MachineControllerOptions {
   services: ControllerDeps;
   driver: DriverFactory;
@@ -64,6 +67,13 @@ export class MachineController implements Controller {
   private closed = false;
   /** VM ends seen but not yet recorded in the store, per instance */
   private readonly unrecordedExits = new Map<string, ExitEvent>();
+  /**
+   * A boot's marks (loaded, init, ready, listening) whose transaction failed
+   * (e.g. it kept losing serialization conflicts), per instance: each comes
+   * once per boot, so the retried reconcile records them, or the instance
+   * would stay `starting` until its boot timeout.
+   */
+  private readonly unrecordedMarks = new Map<string, Map<string, MarkEvent>>();
   /** readiness probes of booting instances (none without `probePort`) */
   private readonly probes: ReadinessProbes | undefined;
   private readonly vmVolumes = new VmVolumes();
@@ -288,6 +298,7 @@ export class MachineController implements Controller {
     if (!inst) {
       this.timers.clear(id);
       this.unrecordedExits.delete(id);
+      this.unrecordedMarks.delete(id);
       if (vm.running || existsSync(this.s.paths.instance(id))) await this.driver.delete(id, this.s.paths.instance(id));
       this.vmVolumes.untrack(id);
       await this.vmVolumes.release(this.s.store);
@@ -311,6 +322,12 @@ export class MachineController implements Controller {
         if (due > now) return this.timers.at(id, due, now);
         return this.restartNow(inst);
       }
+      return;
+    }
+    // marks of this boot that could not be recorded yet: recorded now, in their order (the change kicks again)
+    const marks = this.unrecordedMarks.get(id);
+    if (marks && (inst.state === 'starting' || inst.state === 'running')) {
+      for (const ev of [...marks.values()]) await this.onVmEvent(id, ev);
       return;
     }
     switch (inst.state) {
@@ -419,6 +436,7 @@ export class MachineController implements Controller {
   }
 
   private async boot(inst: InstanceRec): Promise<void> {
+    this.unrecordedMarks.delete(inst.id); // a new boot: the last one's marks are moot
     const volumes = await this.s.store.read((tx) => tx.volumes.forInstance(inst.id));
     // a volume being made, resized or copied: the boot waits (the volume's change kicks us again)
     if (volumes.some((v) => v.state === 'initializing' || v.state === 'uninitialized' || v.state === 'busy')) return;
@@ -481,7 +499,7 @@ export class MachineController implements Controller {
     this.timers.at(inst.id, rt.spawnedAt + this.bootTimeoutMs, this.now());
   }
 
-  private async onVmEvent(id: string, ev: MachineEvent | { type: 'listening'; at: number }): Promise<void> {
+  private async onVmEvent(id: string, ev: MachineEvent | MarkEvent): Promise<void> {
     if (!this.held()) {
       // fenced: an end is recorded once the lease is held again (if the instance is still this host's)
       if (ev.type === 'exit') this.unrecordedExits.set(id, ev);
@@ -499,6 +517,7 @@ export class MachineController implements Controller {
     if (ev.type === 'exit') {
       this.probes?.end(id);
       this.vmVolumes.untrack(id);
+      this.unrecordedMarks.delete(id);
       // a restore that never resumed: the snapshot goes and the instance boots afresh
       if (rt.restored && inst.vmm_ready_time_us === null && (await this.snapshots.restoreFailed(inst, ev.stderr)))
         return this.kick(id);
@@ -521,14 +540,24 @@ export class MachineController implements Controller {
     } as const;
     const f = field[ev.type];
     if (!f) return;
-    await this.s.store.tx(async (tx) => {
-      const cur = await tx.instances.getAny(id);
-      if (!cur) return;
-      const patch: StatusPatch = {};
-      if (cur[f] === null) patch[f] = since(ev.at);
-      if (f === 'boot_time_us' && (await fire(tx, cur, 'booted', patch))) return;
-      if (Object.keys(patch).length > 0) await tx.instances.updateStatus(id, patch);
-    });
+    const mark = ev as MarkEvent;
+    try {
+      await this.s.store.tx(async (tx) => {
+        const cur = await tx.instances.getAny(id);
+        if (!cur) return;
+        const patch: StatusPatch = {};
+        if (cur[f] === null) patch[f] = since(ev.at);
+        if (f === 'boot_time_us' && (await fire(tx, cur, 'booted', patch))) return;
+        if (Object.keys(patch).length > 0) await tx.instances.updateStatus(id, patch);
+      });
+    } catch (e) {
+      // kept until recorded, as a VM's end is: the retried reconcile records it
+      const kept = this.unrecordedMarks.get(id) ?? new Map<string, MarkEvent>();
+      this.unrecordedMarks.set(id, kept.set(mark.type, mark));
+      throw e;
+    }
+    const kept = this.unrecordedMarks.get(id);
+    if (kept?.delete(mark.type) && kept.size === 0) this.unrecordedMarks.delete(id);
   }
 
   /** Records a VM's end (src/reconcile/machine-exit.ts) and logs what was decided. */
