@@ -19,8 +19,14 @@ export const CHANNEL = 'unihost_changes';
 /** A lost notification is healed this fast (and a resync in each controller heals the rest). */
 const POLL_MS = 1000;
 const KEEP_REVISIONS = 10_000;
-/** Attempts of a transaction that loses serialization conflicts, before it gives up. */
-const MAX_ATTEMPTS = 10;
+/**
+ * A transaction that loses serialization conflicts is run again for this
+ * long (and at least MIN_ATTEMPTS times) before it gives up: under a burst
+ * of boots on several hosts a create can lose ten in a row within 0.3 s
+ * (docs/benchmarks.md, bench/hosts), and a slow answer beats "try again".
+ */
+const CONFLICT_BUDGET_MS = 5000;
+const MIN_ATTEMPTS = 10;
 
 /**
  * SQLSTATEs a transaction is retried on: it lost a race, nothing of it
@@ -245,6 +251,7 @@ export class PostgresStore implements Store {
 
   async tx<T>(fn: (tx: Tx) => Promise<T>, o: TxOptions = {}): Promise<T> {
     const locks = new Set(o.locks ?? []);
+    const giveUpAt = Date.now() + CONFLICT_BUDGET_MS;
     for (let attempt = 1; ; attempt++) {
       try {
         const { result, rev } = await this.queued(locks, () => this.once(fn, locks));
@@ -265,13 +272,13 @@ export class PostgresStore implements Store {
         if (isUnihostError(e)) throw e;
         if (isUnreachable(e)) throw unavailable(this.target, e);
         if (!RETRY_CODES.has(codeOf(e)) && !isStalePlan(e)) throw e;
-        if (attempt >= MAX_ATTEMPTS)
+        if (attempt >= MIN_ATTEMPTS && Date.now() >= giveUpAt)
           throw err(
             'UH_CONFLICT',
-            `the change kept conflicting with concurrent changes (${MAX_ATTEMPTS} attempts); nothing was changed, try again`,
+            `the change kept conflicting with concurrent changes (${attempt} attempts in ${CONFLICT_BUDGET_MS / 1000} s); nothing was changed, try again`,
           );
-        // jittered, growing pause: the transactions that collided do not collide again in lockstep
-        await new Promise((r) => setTimeout(r, Math.random() * 2 ** Math.min(attempt, 6)));
+        // jittered, growing pause (at most 128 ms): the transactions that collided do not collide again in lockstep
+        await new Promise((r) => setTimeout(r, Math.random() * 2 ** Math.min(attempt, 7)));
       }
     }
   }
