@@ -130,6 +130,25 @@ test('a custom domain held by another account moves to the account that publishe
   assert.match(back.message, /has 2 TXT value\(s\), not this one/);
 });
 
+test('an instance create with a new service group takes a proven name too', async () => {
+  const carol = await h.user('carol');
+  const body = {
+    image: 'app:latest',
+    name: 'carolshop',
+    service_group: { services: svc, domains: [{ name: 'shop.example.com.' }] },
+  };
+  const refused = first(await h.call('POST', '/v1/instances', carol, body));
+  assert.equal(refused.error, 24, JSON.stringify(refused));
+  const rec = asked(refused.message);
+  txt.set(rec.name, [[rec.value]]);
+  const made = await h.call('POST', '/v1/instances', carol, body);
+  assert.equal(made.status, 200, made.text);
+  assert.deepEqual(
+    first(made).service_group.domains.map((d: any) => d.fqdn),
+    ['shop.example.com'],
+  );
+});
+
 test('names under the metro domain, and names nobody else holds, look nothing up', async () => {
   const before = lookups;
   const mine = await h.call('POST', '/v1/services', alice, {
