@@ -28,19 +28,7 @@ import { runtimeFiles } from '../src/machines/qemu/argv.js';
 import { processStats } from '../src/machines/stats.js';
 import { readChoice } from '../src/images/boot-files.js';
 import { portOpen, RAW_IP, RawQemu } from './raw-qemu.js';
-
-/** `unihost image push KERNEL REF --port 8080` through the real CLI, as the image's user. */
-async function pushImage(kernel: string, ref: string, url: string, token: string): Promise<void> {
-  const main = join(import.meta.dirname, '../src/cli/main.ts');
-  const p = spawn(process.execPath, ['--import', 'tsx', main, 'image', 'push', kernel, ref, '--port', '8080'], {
-    env: { ...process.env, UKC_METRO: url, UKC_TOKEN: token },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  let err = '';
-  p.stderr.on('data', (b: Buffer) => (err += b.toString()));
-  const code = await new Promise<number | null>((r) => p.on('close', r));
-  if (code !== 0) throw new Error(`image push ${ref} failed (${code}): ${err}`);
-}
+import { runCli } from '../test/helpers/cli.js';
 
 export interface Figures {
   median: number;
@@ -100,7 +88,11 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     // c-http once more as a user ships it: pushed by the CLI (packed as kraftkit does, no machine named);
     // the daemon chooses the machine by trial boots after the push, off the request path: timed after that
     const pushed = 'bench/c-http:1';
-    await pushImage(kernel('c-http'), pushed, d.url, token);
+    const push = await runCli(['image', 'push', kernel('c-http'), pushed, '--port', '8080'], {
+      UKC_METRO: d.url,
+      UKC_TOKEN: token,
+    });
+    if (push.code !== 0) throw new Error(`image push ${pushed} failed (${push.code}): ${push.stderr}`);
     const digest = (await d.store.read((tx) => tx.images.tag(pushed)))!.digest;
     for (const end = performance.now() + 120_000; !(await readChoice(d.services.paths, digest));) {
       if (performance.now() > end) throw new Error(`no machine chosen for ${pushed} in 120 s`);

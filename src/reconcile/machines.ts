@@ -540,7 +540,6 @@ export class MachineController implements Controller {
     } as const;
     const f = field[ev.type];
     if (!f) return;
-    const mark = ev as MarkEvent;
     try {
       await this.s.store.tx(async (tx) => {
         const cur = await tx.instances.getAny(id);
@@ -553,11 +552,11 @@ export class MachineController implements Controller {
     } catch (e) {
       // kept until recorded, as a VM's end is: the retried reconcile records it
       const kept = this.unrecordedMarks.get(id) ?? new Map<string, MarkEvent>();
-      this.unrecordedMarks.set(id, kept.set(mark.type, mark));
+      this.unrecordedMarks.set(id, kept.set(ev.type, ev));
       throw e;
     }
     const kept = this.unrecordedMarks.get(id);
-    if (kept?.delete(mark.type) && kept.size === 0) this.unrecordedMarks.delete(id);
+    if (kept?.delete(ev.type) && kept.size === 0) this.unrecordedMarks.delete(id);
   }
 
   /** Records a VM's end (src/reconcile/machine-exit.ts) and logs what was decided. */
