@@ -32,7 +32,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { runFileInNewNetns } from '../test/helpers/netns.js';
-import { guestOut, qemuProcs, ROOT } from '../test/helpers/vm.js';
+import { guestOut, instanceQemus, ROOT, warmQemus } from '../test/helpers/vm.js';
 import { apiCaller } from './boot-unikraft.js';
 import { freePort } from '../src/gateway/haproxy/process.js';
 
@@ -58,6 +58,8 @@ interface Sample {
   haproxyProcs: number;
   haproxyFds: number;
   qemus: number;
+  /** QEMUs started in advance for restores (docs/snapshots.md, "Warm restores") */
+  warmQemus: number;
   diskMb: number;
 }
 
@@ -119,13 +121,14 @@ function sample(pid: number, dataDir: string, t0: number): Sample {
     sockets,
     haproxyProcs: hp.procs,
     haproxyFds: hp.fds,
-    qemus: qemuProcs([dataDir]).length,
+    qemus: instanceQemus(dataDir).length,
+    warmQemus: warmQemus(dataDir).length,
     diskMb: Math.round(du / 2 ** 20),
   };
 }
 
 const row = (s: Sample) =>
-  `${String(s.at).padStart(6)} s  rss ${String(s.rssMb).padStart(4)} MB  fds ${String(s.fds).padStart(4)}  sockets ${String(s.sockets).padStart(4)}  haproxy ${s.haproxyProcs} procs ${String(s.haproxyFds).padStart(4)} fds  qemus ${String(s.qemus).padStart(2)}  disk ${s.diskMb} MB`;
+  `${String(s.at).padStart(6)} s  rss ${String(s.rssMb).padStart(4)} MB  fds ${String(s.fds).padStart(4)}  sockets ${String(s.sockets).padStart(4)}  haproxy ${s.haproxyProcs} procs ${String(s.haproxyFds).padStart(4)} fds  qemus ${String(s.qemus).padStart(2)} (+${s.warmQemus} warm)  disk ${s.diskMb} MB`;
 
 async function inner(): Promise<number> {
   const kernel = join(UK, 'c-http_qemu-x86_64');
@@ -348,6 +351,7 @@ async function inner(): Promise<number> {
     if (settled.haproxyProcs > baseline.haproxyProcs + 1)
       problems.push(`HAProxy processes ${baseline.haproxyProcs} -> ${settled.haproxyProcs} (old workers left)`);
     if (settled.qemus > 3) problems.push(`${settled.qemus} QEMU processes for at most 3 instances`);
+    if (settled.warmQemus > 2) problems.push(`${settled.warmQemus} warm QEMUs (machines.warmVms is 2)`);
     if (settled.diskMb > baseline.diskMb + 64) problems.push(`disk ${baseline.diskMb} -> ${settled.diskMb} MB`);
     if (failures > 0) problems.push(`${failures} failed operations`);
     if (daemon.exitCode !== null || daemon.signalCode !== null)

@@ -67,6 +67,7 @@ export const ConfigFileSchema = Obj({
     bootTimeoutMs: Int(1),
     stopTimeoutMs: Int(1),
     ksm: Type.Boolean(),
+    warmVms: Int(0, 64),
   }),
   network: Obj({
     enabled: Type.Boolean(),

@@ -237,6 +237,12 @@ export interface MachinesConfig {
    * (docs/machines.md, "Memory per guest")
    */
   ksm: boolean;
+  /**
+   * how many QEMUs wait started in advance for restores of memory snapshots
+   * (stateful wakes, clones of templates; docs/snapshots.md, "Warm
+   * restores"); 0: each restore starts its own
+   */
+  warmVms: number;
 }
 
 export function defaultDataDir(): string {
@@ -319,6 +325,7 @@ export const DEFAULTS: Config = {
     qemu: 'qemu-system-x86_64',
     tbSizeMb: 32,
     ksm: true,
+    warmVms: 2,
     bootTimeoutMs: 180_000,
     stopTimeoutMs: 15_000,
   },

@@ -137,6 +137,7 @@ async function qemuMachines(s: Services, log: Logger): Promise<DriverFactory> {
         tscKhz: hostTscKhz(),
         logDir: (id) => s.paths.instance(id),
         log: (o, msg) => log.warn(o, msg),
+        warm: { dir: s.paths.warm, max: m.warmVms },
       },
       onEvent,
     );

@@ -11,6 +11,8 @@ export interface Paths {
   certs: string;
   /** ACME account key and state */
   acme: string;
+  /** QEMUs started in advance for restores (src/machines/qemu/warm.ts) */
+  warm: string;
 }
 
 export function pathsFor(dataDir: string): Paths {
@@ -21,5 +23,6 @@ export function pathsFor(dataDir: string): Paths {
     volumes: join(dataDir, 'volumes'),
     certs: join(dataDir, 'certs'),
     acme: join(dataDir, 'acme'),
+    warm: join(dataDir, 'warm'),
   };
 }

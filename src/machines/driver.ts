@@ -49,7 +49,16 @@ export interface MachineSpec {
    * it runs on; a VM that runs already is left as it is.
    */
   resumePaused?: boolean;
+  /**
+   * Restore into this VM started in advance (`MachineDriver.reserveWarm`)
+   * instead of starting one: `restore` and `nic` must be set, and the tap
+   * made for the uid the reservation named.
+   */
+  warm?: string;
 }
+
+/** What a VM started in advance must share with the snapshot it restores (all but the NIC and the command line). */
+export type WarmShape = Pick<MachineSpec, 'kernel' | 'initrd' | 'memoryMb' | 'machine' | 'firmware' | 'contract'>;
 
 /** What the daemon persists to adopt a running VM after a restart. */
 export interface MachineRuntime {
@@ -122,6 +131,15 @@ export interface MachineDriver {
    * (docs/machines.md, "Choosing the machine"); absent where nothing boots.
    */
   machineChooser?(): MachineChooser;
+  /**
+   * A VM started in advance for a restore of this shape (docs/snapshots.md,
+   * "Warm restores"), reserved for the next `start` that names it in
+   * `spec.warm`; `uid` is who opens the instance's tap. Undefined when none
+   * is ready: the restore starts its own VMM.
+   */
+  reserveWarm?(shape: WarmShape): { id: string; uid: number } | undefined;
+  /** Gives back a reservation whose `start` did not happen. */
+  releaseWarm?(id: string): void;
   /** Ends the VM at once (no clean shutdown). */
   kill(id: string): Promise<void>;
   /** Kills the VM if it runs and removes its runtime files. */

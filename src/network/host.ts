@@ -268,18 +268,25 @@ export class HostNetwork implements NetworkDriver {
     const step = await this.perTap(spec.tap, async () => {
       const old = this.taps.get(spec.tap);
       const sameGuest = old?.guest?.ip === spec.guest?.ip && old?.guest?.mac === spec.guest?.mac;
-      if (old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId && sameGuest) return null;
-      this.taps.set(spec.tap, spec);
+      // a tap a VM opens itself (`owner`) is made anew for it when its owner differs
+      const reown = spec.owner !== undefined && old?.owner !== spec.owner;
+      const same = old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId && sameGuest;
+      if (same && !reown) return null;
+      // the device keeps its owner when a VM that does not need one boots on it
+      const rec = old?.owner !== undefined && spec.owner === undefined ? { ...spec, owner: old.owner } : spec;
+      this.taps.set(spec.tap, rec);
       // The rules name taps, not devices: they are applied while the device is made.
       const rules = this.applyRules();
       rules.catch(() => undefined); // awaited below, or superseded by the next update
       try {
-        await (old ? this.ensureTapDevices([spec.tap]) : this.addTapDevice(spec.tap));
+        if (!old) await this.addTapDevice(spec.tap, spec.owner);
+        else if (reown) await this.replaceTapDevice(spec.tap, spec.owner!);
+        else await this.ensureTapDevices([spec.tap]);
       } catch (e) {
-        this.forget(spec, old);
+        this.forget(rec, old);
         throw e;
       }
-      return { old, rules };
+      return { old, rules, rec };
     });
     if (!step) return { admitted: Promise.resolve() };
     const admitted = (async () => {
@@ -290,10 +297,10 @@ export class HostNetwork implements NetworkDriver {
         // more (a no-op when that later run applied these rules); if it fails too, the tap goes from the
         // rules again, so none is left admitted for a VM that was stopped as not admitted.
         try {
-          if (this.taps.get(spec.tap) !== spec) throw e;
+          if (this.taps.get(spec.tap) !== step.rec) throw e;
           await this.applyRules();
         } catch {
-          this.forget(spec, step.old);
+          this.forget(step.rec, step.old);
           this.applyRules().catch(() => undefined); // the next update, or a repair, tries again if this fails
           throw e;
         }
@@ -313,17 +320,48 @@ export class HostNetwork implements NetworkDriver {
   }
 
   /** Creates, attaches and raises a tap in one `ip -batch`; one that exists already takes the slower path. */
-  private async addTapDevice(tap: string): Promise<void> {
+  private async addTapDevice(tap: string, owner?: number): Promise<void> {
     try {
       await this.ipLines([
-        `tuntap add dev ${tap} mode tap`,
+        `tuntap add dev ${tap} mode tap${owner === undefined ? '' : ` user ${owner}`}`,
         `link set dev ${tap} addrgenmode none`,
         `link set dev ${tap} master ${this.bridge} up`,
       ]);
     } catch (e) {
       if (!(e instanceof CommandError)) throw e;
-      await this.ensureTapDevices([tap]); // left over from a crash, or made by hand: attach what is there
+      // left over from a crash, or made by hand: attach what is there (made anew for an owner)
+      await (owner === undefined ? this.ensureTapDevices([tap]) : this.replaceTapDevice(tap, owner));
     }
+  }
+
+  /**
+   * Makes the tap anew for `owner` (the owner of a tap cannot change), in one
+   * `ip -batch`. Deleting a device waits for the kernel (20-40 ms here), so
+   * the old one is set aside under another name and deleted afterwards, off
+   * the boot's path.
+   */
+  private async replaceTapDevice(tap: string, owner: number): Promise<void> {
+    const make = [
+      `tuntap add dev ${tap} mode tap user ${owner}`,
+      `link set dev ${tap} addrgenmode none`,
+      `link set dev ${tap} master ${this.bridge} up`,
+    ];
+    // `uh` + 12 hex digits -> `uhx` + the same 12: still ours (a crash leaves it to `sync`), and 15 characters
+    const aside = `${this.tapPrefix}x${tap.slice(this.tapPrefix.length)}`.slice(0, 15);
+    try {
+      await this.ipLines([
+        `link set dev ${tap} down`,
+        `link set dev ${tap} nomaster`,
+        `link set dev ${tap} name ${aside}`,
+        ...make,
+      ]);
+    } catch (e) {
+      if (!(e instanceof CommandError)) throw e;
+      // a name taken by an earlier one not yet deleted, or a device that is gone: the slow way
+      await this.ipLines([`link del dev ${tap}`, ...make]).catch(() => this.ipLines(make));
+    }
+    // not awaited; one left (a failure, a crash) is an unexpected tap the next `sync` deletes
+    this.deleteTapDevice(aside).catch(() => undefined);
   }
 
   /** Deletes the tap (if present) and its rules. A running QEMU on it loses its network. */

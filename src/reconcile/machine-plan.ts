@@ -3,7 +3,7 @@ import { imageBootFiles, type MachineChooser } from '../images/boot-files.js';
 import { ImageLayout } from '../images/layout.js';
 import { fetchImage } from '../images/share.js';
 import { storeBlobs } from '../store/blob-share.js';
-import type { Contract, MachineRuntime, MachineSpec, Shutdown } from '../machines/driver.js';
+import type { Contract, MachineRuntime, MachineSpec, Shutdown, WarmShape } from '../machines/driver.js';
 import type { ControllerDeps } from './deps.js';
 import type { GuestAddress, InstanceRec, Tx } from '../store/types.js';
 import { macFor } from '../network/address.js';
@@ -66,12 +66,18 @@ export async function bootPlan(
     volumes: images,
     restore,
     chooser,
+    warm,
   }: {
     network?: NetworkHooks;
     volumes: VolumeDriver;
     restore?: (inst: InstanceRec, dir: string, machine: string) => Promise<string | null>;
     /** this host's trial boots for a Unikraft kernel whose image names no machine */
     chooser?: MachineChooser;
+    /** a VM started in advance for a restore of this shape (MachineDriver.reserveWarm) */
+    warm?: {
+      reserve(shape: WarmShape): { id: string; uid: number } | undefined;
+      release(id: string): void;
+    };
   },
   inst: InstanceRec,
   t0: number,
@@ -84,39 +90,59 @@ export async function bootPlan(
   const dir = s.paths.instance(inst.id);
   const from = (await restore?.(inst, dir, img.machine)) ?? null;
   const guest = from ? foreignGuest(inst, inst.snapshot?.guest) : undefined;
-  const nic = network ? await network.attach(inst, guest) : undefined;
-  const netUs = nic ? Math.max(0, Math.round((now() - t0) * 1000)) : null;
   const volumes = await s.store.read((tx) => tx.volumes.forInstance(inst.id));
-  const spec: MachineSpec = {
-    id: inst.id,
-    dir,
+  // a restore with a NIC and no disks may take a VM started in advance, which opens its tap itself
+  const shape: WarmShape = {
     kernel: img.kernel,
-    initrd: img.initrd,
-    cmdline: buildCmdline({
-      kernelArgs: img.kernelArgs,
-      // `<cidr>:<gw>:<dns0>:<dns1>:<hostname>` (Unikraft's and the test images' netdev.ip): a hostname set by PATCH
-      netdevIp: nic && (inst.hostname ? `${nic.netdevIp}::${inst.hostname}` : nic.netdevIp),
-      env: { ...img.env, ...inst.env },
-      mounts: volumes.map((v, i) => ({ tag: `vol${i}`, at: v.at ?? '/data', readonly: v.readonly })),
-      args: inst.args.length > 0 ? inst.args : img.args,
-    }),
+    ...(img.initrd ? { initrd: img.initrd } : {}),
     memoryMb: inst.memory_mb,
     machine: img.machine,
-    firmware: img.firmware,
+    ...(img.firmware ? { firmware: img.firmware } : {}),
     contract: img.contract,
-    disks: volumes.map((v, i) => ({ path: images.path(v.id), tag: `vol${i}`, readonly: v.readonly })),
-    ...(nic ? { nic: { tap: nic.tap, mac: nic.mac } } : {}),
-    ...(from ? { restore: from } : {}),
   };
-  const readyPorts = nic ? await readyPortsOf(s, inst, img.ports) : [];
-  return {
-    spec,
-    netUs,
-    shutdown: img.shutdown,
-    readyPorts,
-    admitted: nic?.admitted ?? Promise.resolve(),
-    ...(guest ? { guest } : {}),
-  };
+  const reserved = from && network && volumes.length === 0 ? warm?.reserve(shape) : undefined;
+  try {
+    return await planWithNic();
+  } catch (e) {
+    if (reserved) warm?.release(reserved.id);
+    throw e;
+  }
+
+  async function planWithNic(): Promise<BootPlan> {
+    const nic = network ? await network.attach(inst, guest, reserved?.uid) : undefined;
+    const netUs = nic ? Math.max(0, Math.round((now() - t0) * 1000)) : null;
+    const spec: MachineSpec = {
+      id: inst.id,
+      dir,
+      kernel: img.kernel,
+      initrd: img.initrd,
+      cmdline: buildCmdline({
+        kernelArgs: img.kernelArgs,
+        // `<cidr>:<gw>:<dns0>:<dns1>:<hostname>` (Unikraft's and the test images' netdev.ip): a hostname set by PATCH
+        netdevIp: nic && (inst.hostname ? `${nic.netdevIp}::${inst.hostname}` : nic.netdevIp),
+        env: { ...img.env, ...inst.env },
+        mounts: volumes.map((v, i) => ({ tag: `vol${i}`, at: v.at ?? '/data', readonly: v.readonly })),
+        args: inst.args.length > 0 ? inst.args : img.args,
+      }),
+      memoryMb: inst.memory_mb,
+      machine: img.machine,
+      firmware: img.firmware,
+      contract: img.contract,
+      disks: volumes.map((v, i) => ({ path: images.path(v.id), tag: `vol${i}`, readonly: v.readonly })),
+      ...(nic ? { nic: { tap: nic.tap, mac: nic.mac } } : {}),
+      ...(from ? { restore: from } : {}),
+      ...(reserved ? { warm: reserved.id } : {}),
+    };
+    const readyPorts = nic ? await readyPortsOf(s, inst, img.ports) : [];
+    return {
+      spec,
+      netUs,
+      shutdown: img.shutdown,
+      readyPorts,
+      admitted: nic?.admitted ?? Promise.resolve(),
+      ...(guest ? { guest } : {}),
+    };
+  }
 }
 
 /**

@@ -80,6 +80,10 @@ export class MachineController implements Controller {
   private readonly snapshots: Snapshots;
   /** trial boots of this host's driver (none for drivers that boot nothing) */
   private readonly chooser: MachineChooser | undefined;
+  /** VMs the driver starts in advance for restores, if it does (docs/snapshots.md, "Warm restores") */
+  private readonly warm:
+    | { reserve: NonNullable<MachineDriver['reserveWarm']>; release: NonNullable<MachineDriver['releaseWarm']> }
+    | undefined;
   /** images whose machine choice this process has made or found unneeded */
   private readonly choiceDone = new Set<string>();
   private choosing: Promise<void> | null = null;
@@ -108,6 +112,11 @@ export class MachineController implements Controller {
     );
     this.snapshots = new Snapshots(this.s, this.driver, o.log, (id, m) => this.note(id, m));
     this.chooser = this.driver.machineChooser?.();
+    const d = this.driver;
+    this.warm =
+      d.reserveWarm && d.releaseWarm
+        ? { reserve: (shape) => d.reserveWarm!(shape), release: (id) => d.releaseWarm!(id) }
+        : undefined;
   }
 
   private now(): number {
@@ -454,10 +463,13 @@ export class MachineController implements Controller {
         }
       }
       const restore = (i: InstanceRec, dir: string, machine: string) => this.snapshots.planRestore(i, dir, machine);
-      plan = await bootPlan(this.s, { ...this.o, restore, chooser: this.chooser }, inst, t0, () => this.now());
+      plan = await bootPlan(this.s, { ...this.o, restore, chooser: this.chooser, warm: this.warm }, inst, t0, () =>
+        this.now(),
+      );
       // a volume being copied (`admin backup`): the boot waits for the release, which kicks it.
       // Checked in the same turn as `track`, so a hold either sees this VM or this boot sees the hold.
       if (this.vmVolumes.isHeld(volumes.map((v) => v.id))) {
+        if (plan.spec.warm) this.warm?.release(plan.spec.warm);
         this.o.log.info({ id: inst.id }, 'boot waits: a volume is being backed up');
         return;
       }

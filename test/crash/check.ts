@@ -3,6 +3,7 @@
  * acknowledged write is compared with what the daemon answers, and the host
  * with what the store knows (QEMU processes, taps, nftables elements, files).
  */
+import { rootOf } from '../../src/machines/qemu/procs.js';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -109,7 +110,7 @@ async function tlsEventually(port: number, name: string, ca: string): Promise<{ 
   return first ? { lateMs: Date.now() - t0 } : {};
 }
 
-/** QEMU processes whose command line names this data dir: pid → instance id (from its runtime dir). */
+/** QEMU processes whose command line names this data dir: pid → instance id (from its jail, else its runtime dir). */
 function qemusOf(dataDir: string): Map<number, string> {
   const out = new Map<number, string>();
   for (const p of readdirSync('/proc')) {
@@ -121,7 +122,10 @@ function qemusOf(dataDir: string): Map<number, string> {
       continue;
     }
     if (!cmd.includes('qemu-system') || !cmd.includes(dataDir) || !alive(Number(p))) continue;
-    const m = /instances\/([0-9a-f-]{36})/.exec(cmd);
+    // a warm VM a restore took runs in its instance's jail under its own name; one still waiting is the pool's
+    const root = rootOf(Number(p)) ?? '';
+    if (/\/warm\/[0-9a-f-]{36}\/jail$/.test(root)) continue;
+    const m = /instances\/([0-9a-f-]{36})\/jail$/.exec(root) ?? /instances\/([0-9a-f-]{36})/.exec(cmd);
     out.set(Number(p), m ? m[1]! : '?');
   }
   return out;

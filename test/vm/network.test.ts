@@ -9,6 +9,7 @@ import { HostNetwork, tapName, type TapSpec } from '../../src/network/host.js';
 import { macFor } from '../../src/network/address.js';
 import { VM_UID_BASE } from '../../src/machines/qemu/jail.js';
 import { hasCommand, requirePart } from '../helpers/require.js';
+import { poll } from '../helpers/vm.js';
 
 const canRun = process.getuid?.() === 0 && hasCommand('ip') && hasCommand('nft');
 
@@ -94,6 +95,41 @@ describe(
       await net.removeTap(a2.tap);
       await net.removeTap(a2.tap);
       assert.equal(link(a2.tap), undefined);
+    });
+
+    test('a tap for a VM that opens it itself (owner): made for that uid, made anew for another, on the bridge and up', async () => {
+      const net = new HostNetwork(opts);
+      await net.setup();
+      const owner = (tap: string): string | undefined =>
+        /user (\d+)/.exec(
+          sh('ip', 'tuntap', 'show')
+            .split('\n')
+            .find((l) => l.startsWith(`${tap}:`)) ?? '',
+        )?.[1];
+      const up = (tap: string) => {
+        const l = link(tap)!;
+        assert.equal(l.master, 'uhbr0');
+        assert.ok(l.flags.includes('UP'));
+      };
+      const c = spec('carol', '10.77.0.5');
+      await net.ensureTap({ ...c, owner: 1073742001 });
+      assert.equal(owner(c.tap), '1073742001');
+      up(c.tap);
+      // a cold boot on it (no owner) changes nothing; another warm VM gets it made anew for its uid
+      await net.ensureTap(c);
+      assert.equal(owner(c.tap), '1073742001');
+      await net.ensureTap({ ...c, owner: 1073742002 });
+      assert.equal(owner(c.tap), '1073742002');
+      up(c.tap);
+      // the old device was set aside under another name and is deleted after (not on the boot's path)
+      await poll(
+        'the set-aside tap is deleted',
+        async () => !links().some((l) => l.ifname.startsWith('uhx')),
+        10_000,
+        50,
+      );
+      await assert.rejects(net.ensureTap({ ...c, owner: -1 }), /bad owner uid/);
+      await net.removeTap(c.tap);
     });
 
     test('sync (fresh object, as after a restart) deletes stray unihost taps only and creates missing ones', async () => {

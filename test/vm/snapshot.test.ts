@@ -14,7 +14,9 @@
  *   memory (the count goes on in each, independently), each on its own
  *   private address (translated on its tap), boot afresh once stopped, and
  *   outlive the template; a template of c-http gives clones that answer
- *   through the gateway without a boot banner;
+ *   through the gateway without a boot banner, each restored into a QEMU
+ *   started in advance (a warm VM), found by its jail as a restarted
+ *   daemon would;
  * * a checkpoint of Linux http: the instance runs on with its count, an
  *   instance created from the checkpoint starts from the count it had;
  * * Unikraft's c-http (UNIHOST_UNIKRAFT_DIR, default ../shared/unikraft;
@@ -22,18 +24,29 @@
  *   through the gateway and prints no second boot banner.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readFileSync, realpathSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import { Agent, request } from 'undici';
 import { defaultControllers } from '../../src/controllers.js';
 import { importGuestImages } from '../../src/images/guest.js';
+import { QemuDriver } from '../../src/machines/qemu/driver.js';
+import { rootOf, runsInJail } from '../../src/machines/qemu/procs.js';
 import type { GatewayController } from '../../src/reconcile/gateway.js';
 import { snapshotFile } from '../../src/reconcile/machine-snapshots.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
-import { closeVmHarness, guestOut, importCHttp, poll, qemuProcs, tlsGet, unikraftDir } from '../helpers/vm.js';
+import {
+  closeVmHarness,
+  guestOut,
+  importCHttp,
+  poll,
+  qemuProcs,
+  tlsGet,
+  unikraftDir,
+  warmQemus,
+} from '../helpers/vm.js';
 import { requirePart } from '../helpers/require.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -62,6 +75,13 @@ if (!insideTestNetns()) {
       return existsSync(f) ? readFileSync(f, 'utf8') : '';
     };
     const vmRunning = (id: string): boolean => qemuProcs([`unihost-${id}`]).length > 0;
+    /** QEMUs waiting in the warm pool (their jail under `<data dir>/warm/`). */
+    const warmVms = (): number[] => warmQemus(h.dataDir).map((p) => p.pid);
+    /** The QEMU running in the instance's jail. */
+    const jailedVm = (id: string): number | undefined =>
+      qemuProcs([h.dataDir]).find(
+        (p) => rootOf(p.pid) === realpathSync(join(h.daemon.services.paths.instance(id), 'jail')),
+      )?.pid;
 
     async function viaGateway(fqdn: string, agent: Agent, path = '/cgi-bin/count') {
       const r = await request(`https://127.0.0.1:${gwc.dataPlane!.boundPort(443)}${path}`, {
@@ -405,6 +425,10 @@ if (!insideTestNetns()) {
         const made = await h.call('POST', '/v1/instances/templates', t, { name: 'uk-tpl', timeout_s: 60 });
         assert.equal(made.body.data.instances[0].state, 'template', made.text);
         for (const name of ['uk-c1', 'uk-c2']) {
+          // the template's snapshot started a warm VM (c-http is a `pc` guest); each clone takes the
+          // one waiting, and the next is started once it runs
+          let warm: number[] = [];
+          await poll('a warm VM waits', async () => (warm = warmVms()).length > 0, 30_000, 50);
           const t0 = Date.now();
           const r = await h.call('POST', '/v1/instances', t, {
             name,
@@ -427,6 +451,23 @@ if (!insideTestNetns()) {
           );
           assert.match(answer, /^HTTP\/1\.1 200[\s\S]*Hello from Unikraft!/, `${name} answers`);
           assert.equal(consoleOf(e.uuid).match(/Telesto/g), null, `${name} printed no boot banner`);
+          const vm = jailedVm(e.uuid);
+          assert.ok(vm !== undefined && warm.includes(vm), `${name} runs in the warm VM that waited (${warm}): ${vm}`);
+          // a restarted daemon finds it as the clone's VM, by its jail (its name is the warm VM's)
+          const driver = new QemuDriver(
+            { qemu: 'qemu-system-x86_64', accel: 'tcg', tbSizeMb: 32, tscKhz: 0, logDir: () => '/nonexistent' },
+            () => undefined,
+          );
+          try {
+            const instances = dirname(h.daemon.services.paths.instance(e.uuid));
+            assert.deepEqual(
+              driver.scan(instances).filter((v) => v.id === e.uuid),
+              [{ id: e.uuid, pid: vm }],
+            );
+            assert.ok(runsInJail(vm, join(h.daemon.services.paths.instance(e.uuid), 'jail')), 'adopted by its jail');
+          } finally {
+            await driver.close();
+          }
         }
         const del = await h.call('DELETE', '/v1/instances/templates', t, { name: 'uk-tpl' });
         assert.equal(del.body.status, 'success', del.text);

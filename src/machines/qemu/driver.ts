@@ -6,6 +6,7 @@ import {
   openSync,
   readFileSync,
   readSync,
+  renameSync,
   rmSync,
   statSync,
   truncateSync,
@@ -13,21 +14,22 @@ import {
   writeFileSync,
   type FSWatcher,
 } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import pLimit from 'p-limit';
 import type { MachineChooser } from '../../images/boot-files.js';
 import { ConsoleLog } from '../console-log.js';
-import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../driver.js';
+import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec, WarmShape } from '../driver.js';
 import { processStats } from '../stats.js';
 import { emptyControl } from '../stop-info.js';
 import { handoverOffset } from '../unikraft.js';
 import { ControlTail } from './control-tail.js';
 import { confinedCommand, jailArgv, jailRoot, makeCgroups, processUid, removeCgroups, vmUid } from './jail.js';
-import { alive, hostVms, killVm } from './procs.js';
+import { alive, hostVms, killVm, runsInJail } from './procs.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 import { qemuMachineChooser } from './choose.js';
-import { qemuVersion, resumeRestored, snapshotSocket, writeSnapshot } from './snapshot.js';
+import { qemuVersion, resumeRestored, snapshotSocket, streamSnapshot, writeSnapshot } from './snapshot.js';
+import { setWarmPriority, WarmPool, warmInbox, warmShapeOf, type WarmVm } from './warm.js';
 
 export interface QemuDriverOptions extends QemuOptions {
   qemu: string;
@@ -38,6 +40,11 @@ export interface QemuDriverOptions extends QemuOptions {
   /** per-VM confinement (own uid, chroot, seccomp, rlimits, cgroups; docs/security.md); default on */
   confine?: boolean;
   log?: (obj: object, msg: string) => void;
+  /**
+   * VMs started in advance for restores (warm.ts): where they wait, how many
+   * at most (0: none), how long one may wait unused. Confined VMs only.
+   */
+  warm?: { dir: string; max: number; idleMs?: number };
 }
 
 interface Vm {
@@ -63,6 +70,8 @@ interface Vm {
   /** adopted for a running instance: `cont` once QMP answers (MachineSpec.resumePaused) */
   resumePaused: boolean;
   console: ConsoleLog;
+  /** what a warm VM must share to restore this VM's snapshots (null: none can) */
+  shape: WarmShape | null;
   /** console bytes of this boot (for the crash cause), capped */
   bootConsole: string;
   serialOffset: number;
@@ -81,11 +90,38 @@ export class QemuDriver implements MachineDriver {
   /** the uid chosen for a VM being spawned, until it is tracked */
   private readonly uids = new Map<string, number>();
   private version: string | undefined;
+  private readonly pool: WarmPool | null;
 
   constructor(
     private readonly o: QemuDriverOptions,
     private readonly onEvent: (id: string, ev: MachineEvent) => void,
-  ) {}
+  ) {
+    this.pool =
+      o.warm && o.warm.max > 0 && o.confine !== false
+        ? new WarmPool({
+            ...o,
+            dir: o.warm.dir,
+            max: o.warm.max,
+            idleMs: o.warm.idleMs ?? 10 * 60_000,
+            takenUids: () => this.liveUids(),
+          })
+        : null;
+  }
+
+  /** uids of the live VMs (adopted ones included: their uid is read from /proc when tracked) */
+  private liveUids(): Set<number> {
+    const taken = new Set<number>();
+    for (const vm of this.vms.values()) if (!vm.exited && vm.uid !== undefined) taken.add(vm.uid);
+    return taken;
+  }
+
+  reserveWarm(shape: WarmShape): { id: string; uid: number } | undefined {
+    return this.pool?.reserve(shape);
+  }
+
+  releaseWarm(id: string): void {
+    this.pool?.release(id);
+  }
 
   get snapshotVersion(): string {
     return (this.version ??= `${qemuVersion(this.o.qemu)}; ${this.o.accel}`);
@@ -101,6 +137,13 @@ export class QemuDriver implements MachineDriver {
 
   async start(spec: MachineSpec): Promise<MachineRuntime> {
     if (this.vms.get(spec.id)?.exited === false) throw new Error(`VM ${spec.id} is already running`);
+    if (spec.warm) {
+      const w = this.pool?.take(spec.warm);
+      if (w) {
+        const rt = await this.startWarm(spec, w);
+        if (rt) return rt;
+      }
+    }
     // Idempotent boot: a VM of this instance that nothing tracks (a daemon killed between spawn and
     // storing its pid) is ended before its runtime files are replaced.
     for (const stray of hostVms(dirname(spec.dir)).filter((v) => v.id === spec.id)) {
@@ -138,6 +181,86 @@ export class QemuDriver implements MachineDriver {
     return { pid, spawnedAt, accel: this.o.accel };
   }
 
+  /**
+   * A restore into a warm VM (warm.ts): its NIC is hot-added on the
+   * instance's tap, its files and jail move into the instance's directory,
+   * its cgroups become the instance's, and the snapshot is streamed into it.
+   * Resolves undefined when it could not be bound (the warm VM is ended and
+   * the caller starts a VMM as usual).
+   */
+  private async startWarm(spec: MachineSpec, w: WarmVm): Promise<MachineRuntime | undefined> {
+    const at = Date.now();
+    const f = runtimeFiles(spec.dir);
+    const q = w.qmp!;
+    try {
+      if (!spec.restore || !spec.nic) throw new Error('a warm VM restores a snapshot with a NIC');
+      mkdirSync(spec.dir, { recursive: true });
+      for (const p of Object.values(f)) rmSync(p, { force: true });
+      // the same device as the cold command line's (argv.ts), at the same PCI slot (the first free one)
+      await q.execute('netdev_add', {
+        type: 'tap',
+        id: 'net0',
+        ifname: spec.nic.tap,
+        script: 'no',
+        downscript: 'no',
+      });
+      await q.execute('device_add', { driver: 'virtio-net-pci', romfile: '', netdev: 'net0', mac: spec.nic.mac });
+      const wf = runtimeFiles(w.dir);
+      for (const k of ['qmp', 'serial', 'control', 'stderr'] as const) if (existsSync(wf[k])) renameSync(wf[k], f[k]);
+      rmSync(jailRoot(spec.dir), { recursive: true, force: true });
+      renameSync(jailRoot(w.dir), jailRoot(spec.dir));
+      // its tap is open: the device node goes (a cold boot of this instance later uses the jail too)
+      rmSync(join(jailRoot(spec.dir), 'dev'), { recursive: true, force: true });
+      for (const dir of makeCgroups(spec.id, spec.memoryMb, this.o.log))
+        writeFileSync(join(dir, 'cgroup.procs'), String(w.pid));
+      removeCgroups(w.id);
+      rmSync(w.dir, { recursive: true, force: true });
+    } catch (e) {
+      this.o.log?.({ id: spec.id, warm: w.id, err: (e as Error).message }, 'a warm VM could not be used; starting one');
+      w.onExit = () => undefined;
+      q.close();
+      await killVm(w.pid);
+      removeCgroups(w.id);
+      rmSync(w.dir, { recursive: true, force: true });
+      return undefined;
+    }
+    const vm = this.track(spec, w.pid, at);
+    vm.uid = w.uid;
+    w.onExit = (code) => {
+      vm.status = code;
+      this.finish(vm);
+    };
+    if (w.exited) w.onExit(w.status);
+    this.useQmp(vm, q);
+    // a VM started in advance ran at a low priority; as the instance's it runs as any other
+    setWarmPriority(w.pid, 0);
+    void this.loadWarm(vm, q, spec.restore).then(() => {
+      // the next restore of this shape gets one too: started once this one runs, not while it loads
+      const shape = warmShapeOf(spec);
+      if (shape) this.pool?.want(shape);
+    });
+    return { pid: w.pid, spawnedAt: at, accel: this.o.accel };
+  }
+
+  /** Streams the snapshot into a warm VM and resumes it; a failed load ends it (QEMU exits; the controller boots afresh). */
+  private async loadWarm(vm: Vm, q: QmpClient, file: string): Promise<void> {
+    this.onEvent(vm.id, { type: 'loaded', at: Date.now() });
+    const inbox = warmInbox(jailRoot(vm.dir));
+    try {
+      await streamSnapshot(file, inbox);
+    } catch (e) {
+      this.o.log?.(
+        { id: vm.id, err: (e as Error).message },
+        'the snapshot could not be sent to the warm VM; ending it',
+      );
+      await this.kill(vm.id);
+      return;
+    } finally {
+      rmSync(dirname(inbox), { recursive: true, force: true });
+    }
+    await this.resumeLoaded(vm, q);
+  }
+
   /** QEMU's command line, confined unless configured otherwise. */
   private command(spec: MachineSpec): string[] {
     const argv = qemuArgv(spec, this.o);
@@ -145,8 +268,8 @@ export class QemuDriver implements MachineDriver {
     mkdirSync(jailRoot(spec.dir), { recursive: true });
     const cgroups = makeCgroups(spec.id, spec.memoryMb, this.o.log);
     // a uid no live VM has (adopted ones included: their uid is read from /proc when tracked)
-    const taken = new Set<number>();
-    for (const vm of this.vms.values()) if (!vm.exited && vm.uid !== undefined) taken.add(vm.uid);
+    const taken = this.liveUids();
+    for (const u of this.pool?.uids() ?? []) taken.add(u);
     const uid = vmUid(spec.id, taken);
     this.uids.set(spec.id, uid);
     return confinedCommand(this.o.qemu, [...argv, ...jailArgv(spec.dir, uid)], spec.memoryMb, cgroups);
@@ -166,6 +289,9 @@ export class QemuDriver implements MachineDriver {
       const cmdline = readFileSync(`/proc/${rt.pid}/cmdline`, 'utf8');
       // this instance's VM of this data dir (a restored copy of a data dir on the same host never takes the original's VMs)
       mine = cmdline.includes(`unihost-${spec.id}`) && cmdline.includes(runtimeFiles(spec.dir).qmp);
+      // a warm VM a restore took (warm.ts) has its own name, and runs in the instance's jail
+      if (!mine)
+        mine = /(^|\/)qemu-system-[^/]*$/.test(cmdline.split('\0')[0] ?? '') && runsInJail(rt.pid, jailRoot(spec.dir));
     } catch {
       mine = false;
     }
@@ -216,6 +342,7 @@ export class QemuDriver implements MachineDriver {
       restoring: !!spec.restore,
       resumePaused: !!spec.resumePaused,
       console: new ConsoleLog(this.o.logDir(spec.id)),
+      shape: warmShapeOf(spec),
       bootConsole: '',
       serialOffset: adopted ? savedSerialPos(spec.dir) : 0,
       done,
@@ -237,20 +364,25 @@ export class QemuDriver implements MachineDriver {
     return vm;
   }
 
+  /** Follows a VM's QMP connection: panics, and its end. */
+  private useQmp(vm: Vm, q: QmpClient): void {
+    vm.qmp = q;
+    q.on('event', (name: string) => {
+      if (name === 'GUEST_PANICKED') vm.panicked = true;
+    });
+    q.on('close', () => {
+      vm.qmp = null;
+      setTimeout(() => {
+        if (!alive(vm.pid)) this.finish(vm);
+      }, 50);
+    });
+  }
+
   private async connectQmp(vm: Vm): Promise<void> {
     try {
       const q = await QmpClient.connect(runtimeFiles(vm.dir).qmp, 10_000);
       if (vm.exited) return q.close();
-      vm.qmp = q;
-      q.on('event', (name: string) => {
-        if (name === 'GUEST_PANICKED') vm.panicked = true;
-      });
-      q.on('close', () => {
-        vm.qmp = null;
-        setTimeout(() => {
-          if (!alive(vm.pid)) this.finish(vm);
-        }, 50);
-      });
+      this.useQmp(vm, q);
       this.onEvent(vm.id, { type: 'loaded', at: Date.now() });
       if (vm.restoring) await this.resumeLoaded(vm, q);
       // `cont` of a running guest changes nothing; of one a checkpoint left paused, it runs on
@@ -284,7 +416,10 @@ export class QemuDriver implements MachineDriver {
     if (!vm.qmp) throw new Error('the VM has no QMP connection');
     const socket = snapshotSocket(this.o.confine === false ? null : jailRoot(vm.dir), vm.dir);
     // the guest stays paused: the caller ends the VM once the snapshot is recorded
-    return writeSnapshot(vm.qmp, { path, socket, uid: vm.uid });
+    const written = await writeSnapshot(vm.qmp, { path, socket, uid: vm.uid });
+    // the next restore of this shape (a wake, a clone of a template) takes a VM started meanwhile
+    if (vm.shape) this.pool?.want(vm.shape);
+    return written;
   }
 
   async pause(id: string): Promise<void> {
@@ -440,6 +575,7 @@ export class QemuDriver implements MachineDriver {
   }
 
   async close(): Promise<void> {
+    await this.pool?.close();
     for (const vm of this.vms.values()) {
       vm.watcher?.close();
       if (vm.poll) clearInterval(vm.poll);

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { basename, join } from 'node:path';
 
 export interface HostVm {
@@ -8,6 +8,39 @@ export interface HostVm {
 }
 
 const NAME = /^unihost-([0-9a-f-]{36})$/;
+const UUID = /^[0-9a-f-]{36}$/;
+
+/** The root directory of a process (a confined VM's is its jail), or undefined when it is gone or unknown. */
+export function rootOf(pid: number): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/root`);
+  } catch {
+    return undefined;
+  }
+}
+
+function realPath(p: string): string {
+  try {
+    return realpathSync(p);
+  } catch {
+    return p;
+  }
+}
+
+/** Whether `pid` runs chrooted in `jail` (a VM adopted by its jail: a warm VM a restore took has another name). */
+export function runsInJail(pid: number, jail: string): boolean {
+  const root = rootOf(pid);
+  return root !== undefined && root === realPath(jail);
+}
+
+/** The instance whose jail `pid` runs in (`<instancesDir>/<id>/jail`), if any: a warm VM restored into it carries another name. */
+export function jailedIn(pid: number, instancesDir: string): string | undefined {
+  const root = rootOf(pid);
+  instancesDir = realPath(instancesDir);
+  if (!root?.startsWith(`${instancesDir}/`) || !root.endsWith('/jail')) return undefined;
+  const id = root.slice(instancesDir.length + 1, -'/jail'.length);
+  return UUID.test(id) ? id : undefined;
+}
 
 /** Whether `pid` runs; a zombie (ended, not yet reaped by its parent) does not. */
 export const alive = (pid: number): boolean => {
@@ -27,7 +60,9 @@ export const alive = (pid: number): boolean => {
  * Every running QEMU of this data dir: `qemu-system-*` processes whose
  * command line carries `-name unihost-<id>` and a file in
  * `<instancesDir>/<id>/` (another daemon's VMs, with another data dir, are
- * not ours). Read from /proc, so it also finds VMs nothing tracks.
+ * not ours), or whose jail is `<instancesDir>/<id>/jail` (a warm VM
+ * a restore took: docs/snapshots.md). Read from /proc, so it also finds VMs
+ * nothing tracks.
  */
 export function hostVms(instancesDir: string): HostVm[] {
   const out: HostVm[] = [];
@@ -40,12 +75,17 @@ export function hostVms(instancesDir: string): HostVm[] {
       continue; // ended meanwhile
     }
     if (!basename(args[0] ?? '').startsWith('qemu-system-')) continue;
+    const pid = Number(name);
+    const jailed = jailedIn(pid, instancesDir);
+    if (jailed) {
+      if (alive(pid)) out.push({ id: jailed, pid });
+      continue;
+    }
     const i = args.indexOf('-name');
     const id = NAME.exec(args[i + 1] ?? '')?.[1];
     if (i < 0 || !id) continue;
     const mark = `${join(instancesDir, id)}/`;
     if (!args.some((a) => a.includes(mark))) continue;
-    const pid = Number(name);
     if (alive(pid)) out.push({ id, pid });
   }
   return out;

@@ -3,6 +3,7 @@ import {
   chmodSync,
   chownSync,
   closeSync,
+  createReadStream,
   createWriteStream,
   fsyncSync,
   openSync,
@@ -10,7 +11,8 @@ import {
   rmSync,
   statSync,
 } from 'node:fs';
-import { createServer, type Socket } from 'node:net';
+import { createConnection, createServer, type Socket } from 'node:net';
+import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -132,6 +134,46 @@ export async function resumeRestored(qmp: QmpClient, timeoutMs: number): Promise
     await sleep(1);
   }
 }
+
+/**
+ * Sends a snapshot file to a QEMU that listens for it (`-incoming unix:`,
+ * a warm VM: warm.ts). QEMU reads as it loads; the stream ends
+ * when the file is sent.
+ */
+export async function streamSnapshot(file: string, socket: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let s: Socket | undefined;
+  // QEMU listens once `migrate-incoming` answers; a few retries cover a slow start
+  for (;;) {
+    try {
+      s = await new Promise<Socket>((resolve, reject) => {
+        const c = createConnection(socket);
+        c.once('connect', () => {
+          c.off('error', reject);
+          resolve(c);
+        });
+        c.once('error', reject);
+      });
+      break;
+    } catch (e) {
+      if (Date.now() > deadline) throw e;
+      await sleep(1);
+    }
+  }
+  const sock = s;
+  // a snapshot of a unikernel is a few MB: read whole and written at once, libuv sends it without a
+  // turn of JavaScript per chunk; a large one is sent in 4 MiB reads
+  if (statSync(file).size <= WHOLE_SEND_BYTES) {
+    const data = await readFile(file);
+    await new Promise<void>((resolve, reject) => {
+      sock.once('error', reject);
+      sock.end(data, () => resolve());
+    });
+  } else await pipeline(createReadStream(file, { highWaterMark: 4 * 1024 * 1024 }), sock);
+}
+
+/** Snapshots up to this size are sent in one write (streamSnapshot). */
+const WHOLE_SEND_BYTES = 64 * 1024 * 1024;
 
 function syncFile(path: string): void {
   const fd = openSync(path, 'r');

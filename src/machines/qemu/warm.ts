@@ -1,0 +1,352 @@
+import { spawn, execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+} from 'node:fs';
+import { setPriority } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import pLimit from 'p-limit';
+import type { MachineSpec, WarmShape } from '../driver.js';
+import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
+import { confinedCommand, jailArgv, jailRoot, makeCgroups, removeCgroups, vmUid } from './jail.js';
+import { alive, killVm, rootOf } from './procs.js';
+import { QmpClient } from './qmp.js';
+
+const execFileP = promisify(execFile);
+
+/**
+ * Warm VMs (docs/snapshots.md, "Warm restores"): QEMUs started in advance
+ * listening for a snapshot (`-incoming unix:`), confined like any VM, without a NIC, waiting for a
+ * snapshot. A restore takes one of the snapshot's shape instead of starting
+ * a QEMU: its NIC is hot-added on the instance's tap (made for the warm VM's
+ * uid, which opens it through a `/dev/net/tun` node in its jail), its files
+ * and jail are renamed into the instance's directory, and the snapshot is
+ * streamed into it over a socket in its jail. That leaves the load and the
+ * resume on the wake's path (~10 ms here), not QEMU's own start (~20-60 ms).
+ *
+ * Only the `pc` machine: its PCI bus takes a hot-added NIC at the slot the
+ * cold command line gives it; microvm's virtio-mmio buses take none.
+ */
+
+/** The socket a warm VM listens on for the snapshot, under its jail (the daemon's path to it). */
+export const warmInbox = (jail: string): string => join(jail, 'in', 'snap.sock');
+
+export const warmKey = (s: WarmShape): string =>
+  JSON.stringify([s.kernel, s.initrd ?? '', s.memoryMb, s.machine, s.firmware ?? '', s.contract]);
+
+/** The shape of a spec, or null when no warm VM can restore it (not `pc`, disks, no NIC). */
+export function warmShapeOf(spec: MachineSpec): WarmShape | null {
+  if (spec.machine !== 'pc' || spec.disks.length > 0 || !spec.nic) return null;
+  return {
+    kernel: spec.kernel,
+    ...(spec.initrd ? { initrd: spec.initrd } : {}),
+    memoryMb: spec.memoryMb,
+    machine: spec.machine,
+    ...(spec.firmware ? { firmware: spec.firmware } : {}),
+    contract: spec.contract,
+  };
+}
+
+export interface WarmVm {
+  id: string;
+  key: string;
+  shape: WarmShape;
+  /** its directory (runtime files and jail) until a restore moves them into the instance's */
+  dir: string;
+  pid: number;
+  uid: number;
+  qmp: QmpClient | null;
+  state: 'starting' | 'free' | 'reserved' | 'taken' | 'gone';
+  /** when it was made free or reserved (ms) */
+  since: number;
+  status: number | null;
+  exited: boolean;
+  /** called with QEMU's exit status once taken (the instance's VM ends); before, the pool forgets it */
+  onExit: ((status: number | null) => void) | null;
+}
+
+export interface WarmPoolOptions extends QemuOptions {
+  qemu: string;
+  /** where warm VMs live until taken (`<data dir>/warm`) */
+  dir: string;
+  /** most warm VMs at once (free, starting or reserved); 0: none */
+  max: number;
+  /** a free warm VM unused this long ends (ms) */
+  idleMs: number;
+  /** uids of the driver's live VMs (a warm VM takes none of them) */
+  takenUids(): Set<number>;
+  log?: (obj: object, msg: string) => void;
+}
+
+/** The nice value of a warm VM until a restore takes it (MachineDriver.start sets 0 again). */
+const WARM_NICE = 10;
+
+/** Sets the nice value of every thread of `pid` (Linux's is per thread; a new thread takes its creator's). */
+export function setWarmPriority(pid: number, nice: number): void {
+  for (const tid of safeReaddir(`/proc/${pid}/task`)) {
+    try {
+      setPriority(Number(tid), nice);
+    } catch {
+      /* ended already: its exit is seen */
+    }
+  }
+}
+
+/** A reservation not followed by a restore within this time ends the warm VM. */
+const RESERVED_MS = 60_000;
+
+export class WarmPool {
+  private readonly vms = new Map<string, WarmVm>();
+  private readonly spawns = pLimit(1);
+  private readonly wanted = new Set<string>();
+  private readonly timer: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(private readonly o: WarmPoolOptions) {
+    this.sweep();
+    this.timer = setInterval(() => this.expire(), Math.min(o.idleMs, 5000));
+    this.timer.unref();
+  }
+
+  get enabled(): boolean {
+    return this.o.max > 0;
+  }
+
+  /** uids of warm VMs not yet taken (the driver's VMs take none of them) */
+  uids(): Set<number> {
+    return new Set([...this.vms.values()].filter((w) => w.state !== 'taken' && !w.exited).map((w) => w.uid));
+  }
+
+  /**
+   * Makes sure one free warm VM of this shape exists or is being started,
+   * ending the longest unused one of another shape when the pool is full.
+   */
+  want(shape: WarmShape): void {
+    if (!this.enabled || this.closed || shape.machine !== 'pc') return;
+    const key = warmKey(shape);
+    const live = [...this.vms.values()].filter((w) => w.state !== 'taken' && w.state !== 'gone');
+    const mine = live.find((w) => w.key === key && (w.state === 'free' || w.state === 'starting'));
+    if (mine) {
+      mine.since = Date.now();
+      return;
+    }
+    if (this.wanted.has(key)) return;
+    if (live.length >= this.o.max) {
+      const idle = live.filter((w) => w.state === 'free').sort((a, b) => a.since - b.since)[0];
+      if (!idle) return;
+      this.end(idle, 'the pool is full and another shape is wanted');
+    }
+    this.wanted.add(key);
+    void this.spawns(() => this.start(shape, key)).finally(() => this.wanted.delete(key));
+  }
+
+  /** Takes a free warm VM of this shape for a restore about to start; undefined when there is none. */
+  reserve(shape: WarmShape): { id: string; uid: number } | undefined {
+    const key = warmKey(shape);
+    const w = [...this.vms.values()].find((v) => v.key === key && v.state === 'free' && !v.exited && alive(v.pid));
+    if (!w) return undefined;
+    w.state = 'reserved';
+    w.since = Date.now();
+    return { id: w.id, uid: w.uid };
+  }
+
+  /** Gives a reserved warm VM back (the restore did not happen). */
+  release(id: string): void {
+    const w = this.vms.get(id);
+    if (w?.state !== 'reserved') return;
+    w.state = 'free';
+    w.since = Date.now();
+  }
+
+  /** The reserved warm VM `id` for its restore: the pool no longer owns it. */
+  take(id: string): WarmVm | undefined {
+    const w = this.vms.get(id);
+    if (!w || w.state !== 'reserved' || w.exited || !w.qmp) return undefined;
+    w.state = 'taken';
+    this.vms.delete(id);
+    return w;
+  }
+
+  /** Ends every warm VM not taken (daemon stop). */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.timer);
+    this.spawns.clearQueue();
+    await Promise.all([...this.vms.values()].map((w) => this.end(w, 'the daemon stops')));
+  }
+
+  private async start(shape: WarmShape, key: string): Promise<void> {
+    if (this.closed) return;
+    if ([...this.vms.values()].filter((w) => w.state !== 'gone').length >= this.o.max) return;
+    const id = randomUUID();
+    const dir = join(this.o.dir, id);
+    const jail = jailRoot(dir);
+    const taken = new Set([...this.o.takenUids(), ...this.uids()]);
+    const uid = vmUid(id, taken);
+    let w: WarmVm | undefined;
+    try {
+      // the jail: /dev/net/tun (the hot-added NIC opens the instance's tap, made for this uid) and
+      // /in, where QEMU listens for the snapshot (made as root before QEMU drops to its uid)
+      mkdirSync(join(jail, 'dev', 'net'), { recursive: true });
+      mkdirSync(join(jail, 'in'), { recursive: true, mode: 0o700 });
+      const tun = join(jail, 'dev', 'net', 'tun');
+      await execFileP('mknod', ['-m', '600', tun, 'c', '10', '200']);
+      chownSync(tun, uid, uid);
+      // QEMU, once it is its uid, passes through them (the daemon's umask may have closed them)
+      for (const d of [jail, join(jail, 'dev'), join(jail, 'dev', 'net')]) chmodSync(d, 0o711);
+      const argv = [
+        ...qemuArgv(
+          { id, dir, ...shape, cmdline: '', disks: [] },
+          { accel: this.o.accel, tbSizeMb: this.o.tbSizeMb, tscKhz: this.o.tscKhz },
+        ),
+        // listening from the start, so a restore only connects and sends
+        '-incoming',
+        `unix:${warmInbox(jail)}`,
+        ...jailArgv(dir, uid),
+      ];
+      const [cmd, ...args] = confinedCommand(
+        this.o.qemu,
+        argv,
+        shape.memoryMb,
+        makeCgroups(id, shape.memoryMb, this.o.log),
+      );
+      const err = openSync(runtimeFiles(dir).stderr, 'w');
+      let child;
+      try {
+        child = spawn(cmd!, args, { detached: true, stdio: ['ignore', 'ignore', err] });
+      } finally {
+        closeSync(err);
+      }
+      const pid = await new Promise<number>((resolve, reject) => {
+        child.once('spawn', () => resolve(child.pid!));
+        child.once('error', reject);
+      });
+      child.unref();
+      // its start (20-60 ms of CPU) yields to the VMs and the daemon: it is ahead of need
+      setWarmPriority(pid, WARM_NICE);
+      const vm: WarmVm = {
+        id,
+        key,
+        shape,
+        dir,
+        pid,
+        uid,
+        qmp: null,
+        state: 'starting',
+        since: Date.now(),
+        status: null,
+        exited: false,
+        onExit: null,
+      };
+      w = vm;
+      this.vms.set(id, vm);
+      child.once('exit', (code) => {
+        vm.exited = true;
+        vm.status = code;
+        if (vm.onExit) return vm.onExit(code);
+        this.forget(vm);
+      });
+      vm.qmp = await QmpClient.connect(runtimeFiles(dir).qmp, 10_000);
+      if (vm.exited) throw new Error(`QEMU ended: ${this.stderr(vm)}`);
+      if (this.closed) throw new Error('the daemon stops');
+      if (vm.state === 'starting') {
+        vm.state = 'free';
+        vm.since = Date.now();
+      }
+    } catch (e) {
+      if (!this.closed) this.o.log?.({ id, err: (e as Error).message }, 'a warm VM could not be started');
+      if (w) await this.end(w, 'it failed to start');
+      else this.clean(id, dir);
+    }
+  }
+
+  private stderr(w: WarmVm): string {
+    try {
+      return readFileSync(runtimeFiles(w.dir).stderr, 'utf8').trim().slice(-500) || `status ${w.status}`;
+    } catch {
+      return `status ${w.status}`;
+    }
+  }
+
+  /** Free ones unused for idleMs, reserved ones never restored into: ended. */
+  private expire(): void {
+    const now = Date.now();
+    for (const w of this.vms.values()) {
+      if (w.state === 'free' && now - w.since > this.o.idleMs) void this.end(w, 'unused');
+      else if (w.state === 'reserved' && now - w.since > RESERVED_MS) void this.end(w, 'reserved and never used');
+    }
+  }
+
+  private async end(w: WarmVm, why: string): Promise<void> {
+    if (w.state === 'gone' || w.state === 'taken') return;
+    w.state = 'gone';
+    w.qmp?.close();
+    await killVm(w.pid);
+    this.o.log?.({ id: w.id, why }, 'warm VM ended');
+    this.forget(w);
+  }
+
+  private forget(w: WarmVm): void {
+    if (w.state === 'taken') return;
+    w.state = 'gone';
+    w.qmp?.close();
+    this.vms.delete(w.id);
+    this.clean(w.id, w.dir);
+  }
+
+  private clean(id: string, dir: string): void {
+    removeCgroups(id);
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  /**
+   * At start: warm VMs an earlier daemon left (its pool died with it) are
+   * killed, and their directories removed. Bound ones are not here: a
+   * restore moves a warm VM's jail into its instance's directory.
+   */
+  private sweep(): void {
+    const dir = realPath(this.o.dir);
+    for (const name of safeReaddir('/proc')) {
+      if (!/^\d+$/.test(name)) continue;
+      const pid = Number(name);
+      const root = rootOf(pid);
+      if (root?.startsWith(`${dir}/`)) {
+        try {
+          process.kill(-pid, 'SIGKILL');
+        } catch {
+          try {
+            process.kill(pid, 'SIGKILL');
+          } catch {
+            /* gone */
+          }
+        }
+      }
+    }
+    for (const id of safeReaddir(this.o.dir)) this.clean(id, join(this.o.dir, id));
+  }
+}
+
+function realPath(p: string): string {
+  try {
+    return realpathSync(p);
+  } catch {
+    return p;
+  }
+}
+
+function safeReaddir(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
