@@ -112,10 +112,20 @@ export class GatewayController implements Controller {
    */
   private async wake(groupId: string): Promise<boolean> {
     const r = await this.waker.wake(groupId, async () => {
-      if (!(this.backendsByGroup.get(groupId) ?? []).some((b) => b.state === 'running')) await this.queue.kick('sync');
+      const running = () => (this.backendsByGroup.get(groupId) ?? []).some((b) => b.state === 'running');
+      // the group's own backends first (one read): a whole sync (every group, the data plane) is on its way
+      // for the change that made the master run, and the held request need not wait for it
+      if (!running()) await this.refreshGroup(groupId);
+      if (!running()) await this.queue.kick('sync');
     });
     if (!r.ok) this.log.debug({ group: groupId, why: r.why }, 'wake: no instance for the request (503)');
     return r.ok;
+  }
+
+  /** Reads one group's instances into its backend table (what `sync` does for every group). */
+  private async refreshGroup(groupId: string): Promise<void> {
+    const list = await this.s.store.read(async (tx) => (await tx.instances.inGroup(groupId)).flatMap(backendOf));
+    this.backendsByGroup = new Map(this.backendsByGroup).set(groupId, list);
   }
 
   /** What scale-to-zero needs to know of an instance's traffic (src/reconcile/autoscale.ts). */
@@ -178,17 +188,9 @@ export class GatewayController implements Controller {
               : {}),
           });
         }
-        const list: Backend[] = [];
-        for (const i of await tx.instances.inGroup(g.id)) {
-          states.set(i.id, i.state);
-          if (!i.private_ip) continue;
-          list.push({
-            instanceId: i.id,
-            host: i.private_ip,
-            state: i.state === 'running' ? 'running' : i.state === 'draining' ? 'draining' : 'other',
-          });
-        }
-        backends.set(g.id, list);
+        const members = await tx.instances.inGroup(g.id);
+        for (const i of members) states.set(i.id, i.state);
+        backends.set(g.id, members.flatMap(backendOf));
       }
       if (this.api) {
         // the platform's own names: the registry (docs/registry.md) and the web console (docs/console.md)
@@ -219,4 +221,11 @@ export class GatewayController implements Controller {
   connections(instanceId: string): number | undefined {
     return this.dataPlane?.connections(instanceId);
   }
+}
+
+/** An instance as a backend of its group (none without a private address): only `running` ones get new traffic. */
+function backendOf(i: InstanceRec): Backend[] {
+  if (!i.private_ip) return [];
+  const state = i.state === 'running' ? 'running' : i.state === 'draining' ? 'draining' : 'other';
+  return [{ instanceId: i.id, host: i.private_ip, state }];
 }

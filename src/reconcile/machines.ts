@@ -537,10 +537,14 @@ export class MachineController implements Controller {
       this.unrecordedExits.set(id, ev);
       return this.onExit(inst, rt, ev);
     }
+    // A resumed guest has its init and ready marks at once: both are recorded with `ready`, so the
+    // readiness probe starts without waiting for a store write of its own.
+    const resumed = ev.type === 'ready' && !!rt.restored;
+    if (ev.type === 'init' && rt.restored) return;
     // An app that listens is running when its ports accept (probed from the host), not at the handover.
-    if (ev.type === 'ready' && rt.restored && inst.snapshot) await this.snapshots.consumed(id);
     const probe = ev.type === 'ready' && !!rt.readyPorts?.length && !!inst.private_ip && !!this.probes;
     if (probe) this.probes?.start(id, inst.private_ip!, rt.readyPorts!);
+    if (resumed && inst.snapshot) await this.snapshots.consumed(id);
     const since = (at: number): number => Math.max(0, (at - (rt.spawnedAt ?? at)) * 1000);
     // Each mark is taken once per boot (boot() clears them): an adopted VM replays its
     // control channel and reconnects QMP, which must not move the boot's timings.
@@ -551,13 +555,14 @@ export class MachineController implements Controller {
       listening: 'boot_time_us',
     } as const;
     const f = field[ev.type];
-    if (!f) return;
+    if (!f && !resumed) return;
     try {
       await this.s.store.tx(async (tx) => {
         const cur = await tx.instances.getAny(id);
         if (!cur) return;
         const patch: StatusPatch = {};
-        if (cur[f] === null) patch[f] = since(ev.at);
+        if (resumed && cur.vmm_ready_time_us === null) patch.vmm_ready_time_us = since(ev.at);
+        if (f && cur[f] === null) patch[f] = since(ev.at);
         if (f === 'boot_time_us' && (await fire(tx, cur, 'booted', patch))) return;
         if (Object.keys(patch).length > 0) await tx.instances.updateStatus(id, patch);
       });
