@@ -106,13 +106,18 @@ export class GatewayController implements Controller {
   }
 
   /**
-   * The data plane found no running instance for `groupId`: wake a
-   * scale-to-zero master, and once it runs make sure the backend table says
-   * so before the held request is routed.
+   * The data plane found no running instance for `groupId`: one that runs
+   * by the store serves at once; else wake a scale-to-zero master, and once
+   * it runs make sure the backend table says so before the held request is
+   * routed.
    */
   private async wake(groupId: string): Promise<boolean> {
+    const running = () => (this.backendsByGroup.get(groupId) ?? []).some((b) => b.state === 'running');
+    // The backend table may lag the store by a sync (a group just made, an instance just running): one
+    // read of the group, and a running instance there serves the request now instead of a 503.
+    await this.refreshGroup(groupId);
+    if (running()) return true;
     const r = await this.waker.wake(groupId, async () => {
-      const running = () => (this.backendsByGroup.get(groupId) ?? []).some((b) => b.state === 'running');
       // the group's own backends first (one read): a whole sync (every group, the data plane) is on its way
       // for the change that made the master run, and the held request need not wait for it
       if (!running()) await this.refreshGroup(groupId);
