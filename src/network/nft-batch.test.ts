@@ -4,6 +4,7 @@
 // process fails what it had and is started again.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { NftBatch } from './nft-batch.js';
 import { CommandError } from './cmd.js';
 import { hasCommand, requirePart } from '../../test/helpers/require.js';
@@ -31,6 +32,8 @@ test('scripts of several lines run one after the other; each failure is its own 
     assert.match(e.stderr, /^Error: Could not process rule: No such file or directory$/m);
     assert.match(e.stderr, /^at: .*add rule inet uhbatchtest nosuch/m);
     for (let i = 0; i < 30; i++) await b.run(table);
+    // no history of the scripts (nft -i keeps one in $HOME otherwise)
+    assert.equal(readFileSync(`/proc/${b.pid!}/environ`, 'utf8').split('\0').includes('HOME=/dev/null'), true);
     await b.run('');
     await assert.rejects(b.run('add rule inet'), /Error: syntax error/);
   } finally {

@@ -41,6 +41,11 @@ export class NftBatch {
     private readonly timeoutMs: number,
   ) {}
 
+  /** The running `nft`'s pid (none before the first script or after it ended). */
+  get pid(): number | undefined {
+    return this.p?.pid;
+  }
+
   /** Whether `script` can be sent as one line: no comments (`#` would end the line's commands). */
   static fits(script: string): boolean {
     return !script.includes('#');
@@ -72,7 +77,9 @@ export class NftBatch {
     if (this.p) return this.p;
     // stderr into stdout: a failed script's message comes before its marker, in one ordered stream
     const argv = ['-c', 'exec "$@" 2>&1', 'sh', ...this.cmd, '-i'];
-    const p = spawn('/bin/sh', argv, { stdio: ['pipe', 'pipe', 'ignore'] });
+    // HOME: `nft -i` keeps a history of its input lines in $HOME/.nft.history (whole rulesets here);
+    // under /dev/null it can neither read nor write one
+    const p = spawn('/bin/sh', argv, { stdio: ['pipe', 'pipe', 'ignore'], env: { ...process.env, HOME: '/dev/null' } });
     this.p = p;
     this.out = '';
     p.stdin!.on('error', () => undefined); // it died: 'close' fails what is pending
