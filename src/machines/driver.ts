@@ -135,9 +135,10 @@ export interface MachineDriver {
    * A VM started in advance for a restore of this shape (docs/snapshots.md,
    * "Warm restores"), reserved for the next `start` that names it in
    * `spec.warm`; `uid` is who opens the instance's tap. Undefined when none
-   * is ready: the restore starts its own VMM.
+   * is ready (one still starting is waited for, briefly): the restore starts
+   * its own VMM.
    */
-  reserveWarm?(shape: WarmShape): { id: string; uid: number } | undefined;
+  reserveWarm?(shape: WarmShape): Promise<{ id: string; uid: number } | undefined>;
   /** Gives back a reservation whose `start` did not happen. */
   releaseWarm?(id: string): void;
   /** Ends the VM at once (no clean shutdown). */

@@ -75,7 +75,7 @@ export async function bootPlan(
     chooser?: MachineChooser;
     /** a VM started in advance for a restore of this shape (MachineDriver.reserveWarm) */
     warm?: {
-      reserve(shape: WarmShape): { id: string; uid: number } | undefined;
+      reserve(shape: WarmShape): Promise<{ id: string; uid: number } | undefined>;
       release(id: string): void;
     };
   },
@@ -100,7 +100,7 @@ export async function bootPlan(
     ...(img.firmware ? { firmware: img.firmware } : {}),
     contract: img.contract,
   };
-  const reserved = from && network && volumes.length === 0 ? warm?.reserve(shape) : undefined;
+  const reserved = from && network && volumes.length === 0 ? await warm?.reserve(shape) : undefined;
   try {
     return await planWithNic();
   } catch (e) {

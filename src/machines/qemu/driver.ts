@@ -115,7 +115,7 @@ export class QemuDriver implements MachineDriver {
     return taken;
   }
 
-  reserveWarm(shape: WarmShape): { id: string; uid: number } | undefined {
+  async reserveWarm(shape: WarmShape): Promise<{ id: string; uid: number } | undefined> {
     return this.pool?.reserve(shape);
   }
 

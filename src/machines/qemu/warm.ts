@@ -14,6 +14,7 @@ import {
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pLimit from 'p-limit';
 import type { MachineSpec, WarmShape } from '../driver.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
@@ -72,6 +73,9 @@ export interface WarmVm {
   exited: boolean;
   /** called with QEMU's exit status once taken (the instance's VM ends); before, the pool forgets it */
   onExit: ((status: number | null) => void) | null;
+  /** settles when it is no longer starting (free, or failed) */
+  ready: Promise<void>;
+  settle: () => void;
 }
 
 export interface WarmPoolOptions extends QemuOptions {
@@ -100,6 +104,9 @@ export function setWarmPriority(pid: number, nice: number): void {
     }
   }
 }
+
+/** How long a restore waits for a warm VM of its shape that is still starting (then it starts its own). */
+const STARTING_WAIT_MS = 300;
 
 /** A reservation not followed by a restore within this time ends the warm VM. */
 const RESERVED_MS = 60_000;
@@ -150,10 +157,20 @@ export class WarmPool {
   }
 
   /** Takes a free warm VM of this shape for a restore about to start; undefined when there is none. */
-  reserve(shape: WarmShape): { id: string; uid: number } | undefined {
+  async reserve(shape: WarmShape): Promise<{ id: string; uid: number } | undefined> {
     const key = warmKey(shape);
-    const w = [...this.vms.values()].find((v) => v.key === key && v.state === 'free' && !v.exited && alive(v.pid));
-    if (!w) return undefined;
+    const usable = (v: WarmVm) => v.key === key && v.state === 'free' && !v.exited && alive(v.pid);
+    let w = [...this.vms.values()].find(usable);
+    if (!w) {
+      // one still starting (made for the snapshot just written, or after the last restore) is usually
+      // ready sooner than a QEMU started now: it is waited for, at full priority, for a bounded time
+      const starting = [...this.vms.values()].find((v) => v.key === key && v.state === 'starting');
+      if (!starting) return undefined;
+      setWarmPriority(starting.pid, 0);
+      await Promise.race([starting.ready, sleep(STARTING_WAIT_MS)]);
+      if (!usable(starting)) return undefined;
+      w = starting;
+    }
     w.state = 'reserved';
     w.since = Date.now();
     return { id: w.id, uid: w.uid };
@@ -233,7 +250,11 @@ export class WarmPool {
       child.unref();
       // its start (20-60 ms of CPU) yields to the VMs and the daemon: it is ahead of need
       setWarmPriority(pid, WARM_NICE);
+      let settle!: () => void;
+      const ready = new Promise<void>((r) => (settle = r));
       const vm: WarmVm = {
+        ready,
+        settle,
         id,
         key,
         shape,
@@ -262,6 +283,7 @@ export class WarmPool {
         vm.state = 'free';
         vm.since = Date.now();
       }
+      vm.settle();
     } catch (e) {
       if (!this.closed) this.o.log?.({ id, err: (e as Error).message }, 'a warm VM could not be started');
       if (w) await this.end(w, 'it failed to start');
@@ -296,6 +318,7 @@ export class WarmPool {
   }
 
   private forget(w: WarmVm): void {
+    w.settle();
     if (w.state === 'taken') return;
     w.state = 'gone';
     w.qmp?.close();
