@@ -24,7 +24,7 @@
  * As root, with the Unikraft kernels (UNIHOST_UNIKRAFT_DIR) and PostgreSQL.
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -76,6 +76,8 @@ function startAgent(h: Host, storeUrl: string): void {
       host: { leaseMs: LEASE_MS, watchdog: 'on' },
       gateway: { enabled: false },
       machines: { accel: 'tcg', ksm: false },
+      // all hosts share this machine's 2 cores: the one-host side must take every instance (32 vCPUs by default)
+      capacity: { vcpusPerCore: 64 },
     }),
   );
   h.proc = spawn(
@@ -244,7 +246,20 @@ async function main(): Promise<void> {
         );
       await until(`${N} running`, async () => (await running(ids)) === N, 60_000).catch(async (e: unknown) => {
         const all = await api!.store.read((tx) => tx.instances.all());
+        const hostRows = await api!.store.read((tx) => tx.hosts.list());
         const states = all.map((i) => `${i.name}:${i.state}@${i.host_id?.slice(0, 8)}`).join(' ');
+        // what a boot that never ended left: its VM (alive or not) and the end of its console
+        for (const i of all.filter((x) => ids.includes(x.id) && x.state !== 'running')) {
+          const h = hosts.find((x) => x.name === hostRows.find((r) => r.id === i.host_id)?.name);
+          const pid = (i.runtime as { pid?: number }).pid;
+          const alive = pid !== undefined && spawnSync('kill', ['-0', String(pid)]).status === 0;
+          const log = h ? join(pathsFor(h.dir).instance(i.id), 'console.log') : '';
+          const tail = existsSync(log) ? readFileSync(log, 'utf8').slice(-300) : '(no console log)';
+          console.error(
+            `${i.name} (${i.id}) ${i.state} on ${h?.name}: pid ${pid} ${alive ? 'alive' : 'gone'}, ` +
+              `vmm_load ${i.vmm_load_time_us} vmm_ready ${i.vmm_ready_time_us} boot ${i.boot_time_us}; console: ${JSON.stringify(tail)}`,
+          );
+        }
         throw new Error(`${(e as Error).message}; states: ${states}`);
       });
       return { ms: performance.now() - t0, ids };

@@ -42,7 +42,7 @@ export function hostFigures(c: CapacityConfig, id: string, startedAt: string): H
   };
 }
 
-interface HostUse {
+export interface HostUse {
   host: HostRec;
   vms: number;
   memoryMb: number;
@@ -142,7 +142,7 @@ function room(c: CapacityConfig, u: HostUse, memoryMb: number): 'memory' | 'vcpu
 }
 
 /** The refusal when no candidate host has room: the limit, and the most any host has free. */
-function full(c: CapacityConfig, candidates: HostUse[], memoryMb: number, single: boolean): Error {
+export function full(c: CapacityConfig, candidates: HostUse[], memoryMb: number, single: boolean): Error {
   const need = memoryMb + c.vmOverheadMb;
   if (single) {
     // one host: the figures of that host, as the embedded default always said them
@@ -164,6 +164,15 @@ function full(c: CapacityConfig, candidates: HostUse[], memoryMb: number, single
     );
   }
   const best = [...candidates].sort((a, b) => free(c, b) - free(c, a))[0]!;
+  if (candidates.every((u) => room(c, u, memoryMb) === 'vcpus')) {
+    const most = Math.max(...candidates.map((u) => vcpuBudget(c, u.host)));
+    return err(
+      'UH_HOST_FULL',
+      `no host has room: starting needs ${VCPUS_PER_VM} vCPU, and every host that takes instances has its whole ` +
+        `vCPU budget in use (at most ${most} vCPU on one host, \`capacity.vcpusPerCore\` per core); ` +
+        `try again after instances stop`,
+    );
+  }
   return err(
     'UH_HOST_FULL',
     `no host has room: starting needs ${need} MB (${memoryMb} MB of guest memory + ${c.vmOverheadMb} MB per VM) ` +
