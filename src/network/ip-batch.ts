@@ -1,5 +1,6 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { CommandError } from './cmd.js';
+import { startLineProcess } from './line-process.js';
 
 /** A request written to the running `ip`: its last input line, and what failed among its lines. */
 interface Pending {
@@ -38,7 +39,6 @@ export class IpBatch {
   /** input lines written to the current process */
   private written = 0;
   private readonly pending: Pending[] = [];
-  private out = '';
   private errLines: string[] = [];
 
   constructor(
@@ -72,26 +72,14 @@ export class IpBatch {
   private process(): ChildProcess {
     if (this.p) return this.p;
     // stderr into stdout: a failed line's message comes before the next marker, in one ordered stream
-    const argv = ['-c', 'exec "$@" 2>&1', 'sh', ...this.cmd, '-o', '-force', '-batch', '-'];
-    const p = spawn('/bin/sh', argv, { stdio: ['pipe', 'pipe', 'ignore'] });
+    const p: ChildProcess = startLineProcess([...this.cmd, '-o', '-force', '-batch', '-'], {
+      name: 'ip',
+      onLine: (l) => this.line(l),
+      onEnd: (why) => this.end(p, why),
+    });
     this.p = p;
     this.written = 0;
-    this.out = '';
     this.errLines = [];
-    p.stdin!.on('error', () => undefined); // it died: 'close' fails what is pending
-    // an idle `ip` keeps no process alive (a request's timer does while it runs); it ends at EOF when we do
-    p.unref();
-    for (const s of [p.stdin, p.stdout] as unknown as { unref?: () => void }[]) s.unref?.();
-    p.stdout!.setEncoding('utf8').on('data', (d: string) => {
-      this.out += d;
-      for (let nl = this.out.indexOf('\n'); nl >= 0; nl = this.out.indexOf('\n')) {
-        const line = this.out.slice(0, nl);
-        this.out = this.out.slice(nl + 1);
-        this.line(line);
-      }
-    });
-    p.on('error', (e) => this.end(p, e.message));
-    p.on('close', (code) => this.end(p, `ip ended (${code ?? 'signal'})`));
     return p;
   }
 

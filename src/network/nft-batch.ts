@@ -1,5 +1,6 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { CommandError } from './cmd.js';
+import { startLineProcess } from './line-process.js';
 
 /** A script written to the running `nft`, waiting for its marker. */
 interface Pending {
@@ -33,7 +34,6 @@ const MARKER_OUT = /^meta expression, datatype mark\b/;
 export class NftBatch {
   private p: ChildProcess | undefined;
   private readonly pending: Pending[] = [];
-  private out = '';
 
   constructor(
     /** the command: `['nft']`, or `['ip', 'netns', 'exec', ns, 'nft']` */
@@ -75,27 +75,16 @@ export class NftBatch {
 
   private process(): ChildProcess {
     if (this.p) return this.p;
-    // stderr into stdout: a failed script's message comes before its marker, in one ordered stream
-    const argv = ['-c', 'exec "$@" 2>&1', 'sh', ...this.cmd, '-i'];
+    // stderr into stdout: a failed script's message comes before its marker, in one ordered stream.
     // HOME: `nft -i` keeps a history of its input lines in $HOME/.nft.history (whole rulesets here);
     // under /dev/null it can neither read nor write one
-    const p = spawn('/bin/sh', argv, { stdio: ['pipe', 'pipe', 'ignore'], env: { ...process.env, HOME: '/dev/null' } });
-    this.p = p;
-    this.out = '';
-    p.stdin!.on('error', () => undefined); // it died: 'close' fails what is pending
-    // an idle `nft` keeps no process alive (a script's timer does while it runs); it ends at EOF when we do
-    p.unref();
-    for (const s of [p.stdin, p.stdout] as unknown as { unref?: () => void }[]) s.unref?.();
-    p.stdout!.setEncoding('utf8').on('data', (d: string) => {
-      this.out += d;
-      for (let nl = this.out.indexOf('\n'); nl >= 0; nl = this.out.indexOf('\n')) {
-        const l = this.out.slice(0, nl);
-        this.out = this.out.slice(nl + 1);
-        this.line(l);
-      }
+    const p: ChildProcess = startLineProcess([...this.cmd, '-i'], {
+      name: 'nft',
+      onLine: (l) => this.line(l),
+      onEnd: (why) => this.end(p, why),
+      env: { ...process.env, HOME: '/dev/null' },
     });
-    p.on('error', (e) => this.end(p, e.message));
-    p.on('close', (code) => this.end(p, `nft ended (${code ?? 'signal'})`));
+    this.p = p;
     return p;
   }
 

@@ -24,7 +24,7 @@ import { emptyControl } from '../stop-info.js';
 import { handoverOffset } from '../unikraft.js';
 import { ControlTail } from './control-tail.js';
 import { confinedCommand, jailArgv, jailRoot, makeCgroups, processUid, removeCgroups, vmUid } from './jail.js';
-import { alive, hostVms, killVm, runsInJail } from './procs.js';
+import { alive, hostVms, killGroup, killVm, runsInJail } from './procs.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 import { qemuMachineChooser } from './choose.js';
@@ -540,15 +540,7 @@ export class QemuDriver implements MachineDriver {
   async kill(id: string): Promise<void> {
     const vm = this.vms.get(id);
     if (!vm || vm.exited) return;
-    try {
-      process.kill(-vm.pid, 'SIGKILL');
-    } catch {
-      try {
-        process.kill(vm.pid, 'SIGKILL');
-      } catch {
-        /* already gone */
-      }
-    }
+    killGroup(vm.pid);
     await Promise.race([vm.done, new Promise((r) => setTimeout(r, 5000))]);
     if (!vm.exited && !alive(vm.pid)) this.finish(vm);
   }

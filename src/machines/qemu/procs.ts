@@ -91,8 +91,8 @@ export function hostVms(instancesDir: string): HostVm[] {
   return out;
 }
 
-/** Kills a VM's process group (QEMU runs detached in its own) and waits until it is gone (at most `waitMs`). */
-export async function killVm(pid: number, waitMs = 5000): Promise<boolean> {
+/** SIGKILL to a VM's process group (QEMU runs detached in its own), or to the process when it has none. */
+export function killGroup(pid: number): void {
   try {
     process.kill(-pid, 'SIGKILL');
   } catch {
@@ -102,6 +102,11 @@ export async function killVm(pid: number, waitMs = 5000): Promise<boolean> {
       /* already gone */
     }
   }
+}
+
+/** Kills a VM's process group (QEMU runs detached in its own) and waits until it is gone (at most `waitMs`). */
+export async function killVm(pid: number, waitMs = 5000): Promise<boolean> {
+  killGroup(pid);
   for (const until = Date.now() + waitMs; Date.now() < until;) {
     if (!alive(pid)) return true;
     await new Promise((r) => setTimeout(r, 20));

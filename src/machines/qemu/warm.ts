@@ -19,7 +19,7 @@ import pLimit from 'p-limit';
 import type { MachineSpec, WarmShape } from '../driver.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 import { confinedCommand, jailArgv, jailRoot, makeCgroups, removeCgroups, vmUid } from './jail.js';
-import { alive, killVm, rootOf } from './procs.js';
+import { alive, killGroup, killVm, rootOf } from './procs.js';
 import { QmpClient } from './qmp.js';
 
 const execFileP = promisify(execFile);
@@ -342,17 +342,7 @@ export class WarmPool {
       if (!/^\d+$/.test(name)) continue;
       const pid = Number(name);
       const root = rootOf(pid);
-      if (root?.startsWith(`${dir}/`)) {
-        try {
-          process.kill(-pid, 'SIGKILL');
-        } catch {
-          try {
-            process.kill(pid, 'SIGKILL');
-          } catch {
-            /* gone */
-          }
-        }
-      }
+      if (root?.startsWith(`${dir}/`)) killGroup(pid);
     }
     for (const id of safeReaddir(this.o.dir)) this.clean(id, join(this.o.dir, id));
   }
