@@ -137,18 +137,18 @@ export class QemuDriver implements MachineDriver {
 
   async start(spec: MachineSpec): Promise<MachineRuntime> {
     if (this.vms.get(spec.id)?.exited === false) throw new Error(`VM ${spec.id} is already running`);
+    // Idempotent boot: a VM of this instance that nothing tracks (a daemon killed between spawn and
+    // storing its pid) is ended before its runtime files are replaced.
+    for (const stray of hostVms(dirname(spec.dir)).filter((v) => v.id === spec.id)) {
+      this.o.log?.({ id: spec.id, pid: stray.pid }, 'killing an untracked VM of this instance before booting it');
+      if (!(await killVm(stray.pid))) throw new Error(`an earlier VM of this instance (pid ${stray.pid}) does not end`);
+    }
     if (spec.warm) {
       const w = this.pool?.take(spec.warm);
       if (w) {
         const rt = await this.startWarm(spec, w);
         if (rt) return rt;
       }
-    }
-    // Idempotent boot: a VM of this instance that nothing tracks (a daemon killed between spawn and
-    // storing its pid) is ended before its runtime files are replaced.
-    for (const stray of hostVms(dirname(spec.dir)).filter((v) => v.id === spec.id)) {
-      this.o.log?.({ id: spec.id, pid: stray.pid }, 'killing an untracked VM of this instance before booting it');
-      if (!(await killVm(stray.pid))) throw new Error(`an earlier VM of this instance (pid ${stray.pid}) does not end`);
     }
     mkdirSync(spec.dir, { recursive: true });
     const f = runtimeFiles(spec.dir);
