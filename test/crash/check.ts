@@ -56,7 +56,7 @@ const alive = (pid: number): boolean => {
   }
 };
 
-/** HAProxy processes of this data dir (their command line names its config): pid -> parent pid. */
+/** HAProxy processes serving this data dir (master-worker, their command line names its config): pid -> parent pid. */
 function haproxiesOf(dataDir: string): Map<number, number> {
   const out = new Map<number, number>();
   for (const p of readdirSync('/proc')) {
@@ -70,6 +70,8 @@ function haproxiesOf(dataDir: string): Map<number, number> {
       continue;
     }
     if (!cmd.includes('haproxy') || !cmd.includes(join(dataDir, 'haproxy')) || !alive(Number(p))) continue;
+    // a `haproxy -c` checking the configuration before a reload (its parent is the daemon) serves nothing
+    if (!cmd.split('\0').includes('-W')) continue;
     out.set(Number(p), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
   }
   return out;

@@ -50,6 +50,27 @@ test('a stale haproxy.pid naming another process: that process lives on, a HAPro
   }
 });
 
+test('a `haproxy -c` checking the configuration is not a HAProxy of the data dir (not adopted, not a stray)', async () => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-check-'));
+  const config = path.join(dir, 'haproxy.cfg');
+  await writeFile(config, 'global\n');
+  // a long-lived process whose command line is that of a check: `haproxy -c +1 -f <config>` (tail, renamed)
+  const check = spawn('bash', ['-c', `exec -a haproxy tail -c +1 -f ${config}`], { stdio: 'ignore' });
+  try {
+    let argv: string[] = [];
+    for (let i = 0; i < 100 && argv[0] !== 'haproxy'; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      argv = (await readFile(`/proc/${check.pid!}/cmdline`, 'utf8').catch(() => '')).split('\0');
+    }
+    assert.deepEqual(argv.slice(0, 5), ['haproxy', '-c', '+1', '-f', config]);
+    assert.equal(await isHaproxyOf(check.pid!, config), false);
+    assert.deepEqual(await strayHaproxies(config), []);
+  } finally {
+    check.kill('SIGKILL');
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
 test('a second HAProxy of the same data dir (a master nobody runs, and its worker) is ended when the daemon starts', async () => {
   const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-stray-'));
   const a = await backendPair('http', 'A');

@@ -22,14 +22,15 @@ function alive(pid: number): boolean {
 }
 
 /**
- * Whether `pid` is a HAProxy running `config` (its command line, from
+ * Whether `pid` is a HAProxy serving `config` (its command line, from
  * /proc): a pid file outlives its process, and the number may belong to
- * any other process by now.
+ * any other process by now. Serving: master-worker mode (`-W`, which its
+ * workers inherit), not a `haproxy -c` checking the file before a reload.
  */
 export async function isHaproxyOf(pid: number, config: string): Promise<boolean> {
   const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
   const f = argv.indexOf('-f');
-  return /(^|\/)haproxy$/.test(argv[0] ?? '') && f > 0 && argv[f + 1] === config;
+  return /(^|\/)haproxy$/.test(argv[0] ?? '') && f > 0 && argv[f + 1] === config && argv.includes('-W');
 }
 
 /**
