@@ -60,6 +60,18 @@ export interface MachineSpec {
 /** What a VM started in advance must share with the snapshot it restores (all but the NIC and the command line). */
 export type WarmShape = Pick<MachineSpec, 'kernel' | 'initrd' | 'memoryMb' | 'machine' | 'firmware' | 'contract'>;
 
+/** The warm shape's fields of `s` (optional ones only when set). */
+export function warmShape(s: WarmShape): WarmShape {
+  return {
+    kernel: s.kernel,
+    ...(s.initrd ? { initrd: s.initrd } : {}),
+    memoryMb: s.memoryMb,
+    machine: s.machine,
+    ...(s.firmware ? { firmware: s.firmware } : {}),
+    contract: s.contract,
+  };
+}
+
 /** What the daemon persists to adopt a running VM after a restart. */
 export interface MachineRuntime {
   pid: number;

@@ -3,7 +3,14 @@ import { imageBootFiles, type MachineChooser } from '../images/boot-files.js';
 import { ImageLayout } from '../images/layout.js';
 import { fetchImage } from '../images/share.js';
 import { storeBlobs } from '../store/blob-share.js';
-import type { Contract, MachineRuntime, MachineSpec, Shutdown, WarmShape } from '../machines/driver.js';
+import {
+  warmShape,
+  type Contract,
+  type MachineRuntime,
+  type MachineSpec,
+  type Shutdown,
+  type WarmShape,
+} from '../machines/driver.js';
 import type { ControllerDeps } from './deps.js';
 import type { GuestAddress, InstanceRec, Tx } from '../store/types.js';
 import { macFor } from '../network/address.js';
@@ -92,14 +99,7 @@ export async function bootPlan(
   const guest = from ? foreignGuest(inst, inst.snapshot?.guest) : undefined;
   const volumes = await s.store.read((tx) => tx.volumes.forInstance(inst.id));
   // a restore with a NIC and no disks may take a VM started in advance, which opens its tap itself
-  const shape: WarmShape = {
-    kernel: img.kernel,
-    ...(img.initrd ? { initrd: img.initrd } : {}),
-    memoryMb: inst.memory_mb,
-    machine: img.machine,
-    ...(img.firmware ? { firmware: img.firmware } : {}),
-    contract: img.contract,
-  };
+  const shape = warmShape({ ...img, memoryMb: inst.memory_mb });
   const reserved = from && network && volumes.length === 0 ? await warm?.reserve(shape) : undefined;
   try {
     return await planWithNic();

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pLimit from 'p-limit';
-import type { MachineSpec, WarmShape } from '../driver.js';
+import { warmShape, type MachineSpec, type WarmShape } from '../driver.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 import { confinedCommand, jailArgv, jailRoot, makeCgroups, removeCgroups, vmUid } from './jail.js';
 import { alive, killGroup, killVm, rootOf } from './procs.js';
@@ -47,14 +47,7 @@ export const warmKey = (s: WarmShape): string =>
 /** The shape of a spec, or null when no warm VM can restore it (not `pc`, disks, no NIC). */
 export function warmShapeOf(spec: MachineSpec): WarmShape | null {
   if (spec.machine !== 'pc' || spec.disks.length > 0 || !spec.nic) return null;
-  return {
-    kernel: spec.kernel,
-    ...(spec.initrd ? { initrd: spec.initrd } : {}),
-    memoryMb: spec.memoryMb,
-    machine: spec.machine,
-    ...(spec.firmware ? { firmware: spec.firmware } : {}),
-    contract: spec.contract,
-  };
+  return warmShape(spec);
 }
 
 export interface WarmVm {
@@ -124,10 +117,6 @@ export class WarmPool {
     this.timer.unref();
   }
 
-  get enabled(): boolean {
-    return this.o.max > 0;
-  }
-
   /** uids of warm VMs not yet taken (the driver's VMs take none of them) */
   uids(): Set<number> {
     return new Set([...this.vms.values()].filter((w) => w.state !== 'taken' && !w.exited).map((w) => w.uid));
@@ -138,7 +127,7 @@ export class WarmPool {
    * ending the longest unused one of another shape when the pool is full.
    */
   want(shape: WarmShape): void {
-    if (!this.enabled || this.closed || shape.machine !== 'pc') return;
+    if (this.o.max <= 0 || this.closed || shape.machine !== 'pc') return;
     const key = warmKey(shape);
     const live = [...this.vms.values()].filter((w) => w.state !== 'taken' && w.state !== 'gone');
     const mine = live.find((w) => w.key === key && (w.state === 'free' || w.state === 'starting'));
