@@ -3,6 +3,7 @@ import type net from 'node:net';
 import type { Logger } from 'pino';
 import { normalizeHost, redirectHttps, RETRY_AFTER_S, sendText } from '../answers.js';
 import type { Backend, Route } from '../types.js';
+import { connectWithRetries, type ConnectPolicy } from './connect.js';
 import { listenLoopback } from './loopback.js';
 
 const ACME_PREFIX = '/.well-known/acme-challenge/';
@@ -24,6 +25,8 @@ export interface ActivatorOptions {
   onAnswered?(groupId: string, bytesIn: number, bytesOut: number): void;
   /** a woken group's request forwarded from here to an instance: open until the returned function is called */
   onForward?(groupId: string, instanceId: string): () => void;
+  /** how a woken instance is connected to (HAProxy's own connect timeout and retries) */
+  connect: ConnectPolicy;
   log: Logger;
 }
 
@@ -124,18 +127,41 @@ export class Activator {
   private forward(req: IncomingMessage, res: ServerResponse, b: Backend, port: number, groupId: string): void {
     const done = this.o.onForward?.(groupId, b.instanceId);
     if (done) res.once('close', done);
-    const headers = { ...req.headers };
-    const up = http.request({ host: b.host, port, method: req.method, path: req.url, headers }, (ur) => {
-      res.writeHead(ur.statusCode ?? 502, ur.headers);
-      ur.pipe(res);
-    });
-    up.on('error', (e) => {
+    const failed = (e: Error): void => {
       this.o.log.warn(
         { instance: b.instanceId, err: e.message },
         'gateway: activator could not reach the woken instance',
       );
-      sendText(res, 502, 'unihost: the service did not answer.');
-    });
-    req.pipe(up);
+      if (!res.headersSent) sendText(res, 502, 'unihost: the service did not answer.');
+      else res.destroy();
+    };
+    // connected first, each try bounded: the request's body is sent on the connection that answered
+    connectWithRetries(b.host, port, {
+      ...this.o.connect,
+      onRetry: (e) =>
+        this.o.log.info(
+          { instance: b.instanceId, err: e.message },
+          'gateway: a connect to the woken instance is made again',
+        ),
+    }).then((sock) => {
+      if (res.destroyed) return void sock.destroy();
+      const up = http.request(
+        {
+          host: b.host,
+          port,
+          method: req.method,
+          path: req.url,
+          headers: { ...req.headers },
+          createConnection: () => sock,
+        },
+        (ur) => {
+          res.writeHead(ur.statusCode ?? 502, ur.headers);
+          ur.pipe(res);
+        },
+      );
+      up.on('error', failed);
+      res.once('close', () => up.destroy());
+      req.pipe(up);
+    }, failed);
   }
 }

@@ -116,7 +116,8 @@ export class HaproxyDataPlane implements DataPlane {
     this.proc.onExit = () => setTimeout(() => this.resync('haproxy exited'), 500).unref();
     this.stats = new StatCounters({ onActivity: o.onActivity, onIdle: o.onIdle });
     const onForward = (g: string, i: string) => this.stats.openDirect(g, i);
-    this.wake = new TcpWake({ backends: o.backends, onNoBackend: o.onNoBackend, onForward, log: o.log });
+    const connect = { timeoutMs: this.limits.connectTimeoutMs, retries: this.limits.connectRetries };
+    this.wake = new TcpWake({ backends: o.backends, onNoBackend: o.onNoBackend, onForward, connect, log: o.log });
     this.activator = new Activator({
       routes: () => this.byPortHost,
       backends: o.backends,
@@ -124,6 +125,7 @@ export class HaproxyDataPlane implements DataPlane {
       acmeChallenge: o.acmeChallenge,
       onAnswered: (g, i, out) => this.stats.addGroupBytes(g, i, out),
       onForward,
+      connect,
       log: o.log,
     });
   }

@@ -1,6 +1,7 @@
 import net from 'node:net';
 import type { Logger } from 'pino';
 import type { Backend } from '../types.js';
+import { connectWithRetries, type ConnectPolicy } from './connect.js';
 import { listenLoopback } from './loopback.js';
 
 interface Target {
@@ -27,6 +28,8 @@ export class TcpWake {
       onNoBackend?(groupId: string): Promise<boolean>;
       /** a connection piped from here to an instance: open until the returned function is called */
       onForward?(groupId: string, instanceId: string): () => void;
+      /** how a woken instance is connected to (HAProxy's own connect timeout and retries) */
+      connect: ConnectPolicy;
       log: Logger;
     },
   ) {}
@@ -72,18 +75,31 @@ export class TcpWake {
     }
     const done = this.o.onForward?.(t.groupId, b.instanceId);
     if (done) client.once('close', done);
-    const up = net.connect({ host: b.host, port: t.destinationPort });
-    up.on('error', (e) => {
-      this.o.log.warn({ instance: b.instanceId, err: e.message }, 'gateway: woken instance refused the connection');
+    let up: net.Socket;
+    try {
+      up = await connectWithRetries(b.host, t.destinationPort, {
+        ...this.o.connect,
+        onRetry: (e) =>
+          this.o.log.info(
+            { instance: b.instanceId, err: e.message },
+            'gateway: a connect to the woken instance is made again',
+          ),
+      });
+    } catch (e) {
+      this.o.log.warn(
+        { instance: b.instanceId, err: (e as Error).message },
+        'gateway: woken instance refused the connection',
+      );
       client.destroy();
-    });
+      return;
+    }
+    if (client.destroyed) return void up.destroy();
+    up.on('error', () => client.destroy());
     client.on('close', () => up.destroy());
     up.on('close', () => client.destroy());
-    up.on('connect', () => {
-      client.pipe(up);
-      up.pipe(client);
-      client.resume();
-    });
+    client.pipe(up);
+    up.pipe(client);
+    client.resume();
   }
 
   close(): void {
