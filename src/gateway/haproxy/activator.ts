@@ -160,6 +160,7 @@ export class Activator {
         },
       );
       up.on('error', failed);
+      // HAProxy's `timeout server` bounds the wait for the answer: it closes its connection here, and this one goes
       res.once('close', () => up.destroy());
       req.pipe(up);
     }, failed);

@@ -621,3 +621,41 @@ describe('gateway on HAProxy: reloads are bounded', () => {
     }
   });
 });
+
+describe('gateway on HAProxy: the first request of a wake, sent on by the activator', () => {
+  test('a woken instance that sends no response headers in time: 504, and the forward is no longer held open', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'uh-hp-wake-'));
+    const W = `wake-1.${METRO}`;
+    // an instance that accepts and reads, and never answers
+    const open = new Set<net.Socket>();
+    const silent = net.createServer((c) => {
+      open.add(c);
+      c.on('close', () => open.delete(c));
+      c.resume();
+    });
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const port = (silent.address() as net.AddressInfo).port;
+    const table = new BackendTable();
+    await table.set('gW', []);
+    const plane = await testPlane(dir, table, {
+      limits: { upstreamHeadersTimeoutMs: 300 },
+      onNoBackend: async () => {
+        // what a wake does before resolving true
+        table.groups.set('gW', [{ instanceId: 'silent', host: '127.0.0.1', state: 'running' }]);
+        return true;
+      },
+    });
+    try {
+      for (const r of await plane.setRoutes([route('gW', 80, port, ['http'], [W])])) assert.equal(r.error, undefined);
+      const r = await request(plane.boundPort(80)!, W, '/');
+      assert.equal(r.status, 504, "HAProxy's `timeout server` (upstreamHeadersTimeoutMs) ends the wait");
+      // the forward is counted open while it lasts (scale-to-zero reads it as traffic): no longer
+      await until(() => plane.connections('silent') === 0, 'the forward is no longer counted open');
+      await until(() => open.size === 0, 'the connection to the instance is closed');
+    } finally {
+      await plane.close();
+      silent.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
