@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Counters } from './gateway/types.js';
 import type { InstanceState, Store } from './store/types.js';
 import { NO_FIGURES, type LiveFigures } from './figures.js';
@@ -31,6 +31,9 @@ export class DaemonMetrics {
     private readonly store: Store,
     figures: LiveFigures = NO_FIGURES,
   ) {
+    // the process's own (prom-client's defaults): RSS, descriptors, CPU, event loop lag, V8's heap by space,
+    // GC pauses; what an operator watches for a leak (docs/operations.md, "Memory")
+    collectDefaultMetrics({ register: this.registry });
     const gateway = () => figures.gateway();
     const autoscale = () => figures.decisions();
     this.gatewayMetrics(gateway);

@@ -107,6 +107,11 @@ describe('GET /metrics', () => {
     assert.equal(withLabels(lat, { method: 'GET', route: '/v1/instances', status: '400' })?.count, 1);
     // routes are path patterns: no series per UUID
     assert.ok((lat.data as Sample[]).every((m) => !/[0-9a-f]{8}-/.test(m.labels.route ?? '')));
+    // the process's own: its RSS and descriptors, V8's heap by space (what a leak shows in)
+    assert.ok(Number((family(fs, 'process_resident_memory_bytes').data as Sample[])[0]?.value) > 0);
+    assert.ok(Number((family(fs, 'process_open_fds').data as Sample[])[0]?.value) > 0);
+    const heap = family(fs, 'nodejs_heap_space_size_used_bytes');
+    assert.ok(Number(withLabels(heap, { space: 'old' })?.value) > 0, JSON.stringify(heap.data));
   });
 
   test('platform-wide figures need a developer account', async () => {
