@@ -54,9 +54,8 @@ export class CertificateService {
    * or one of an unknown CA, claims nothing.
    */
   async checkClaimInTx(tx: Tx, user: UserRec, fqdn: string): Promise<void> {
-    const other = (await tx.certificates.all()).find(
-      (c) =>
-        c.user_id !== user.id && c.state !== 'error' && c.common_name === fqdn && (c.source === 'acme' || c.proven),
+    const other = (await tx.certificates.named(fqdn)).find(
+      (c) => c.user_id !== user.id && c.state !== 'error' && (c.source === 'acme' || c.proven),
     );
     if (other && !this.deps.proofs.has(user.id, fqdn))
       throw err(

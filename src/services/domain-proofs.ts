@@ -69,11 +69,10 @@ export class DomainProofs {
     }
     if (custom.size === 0) return;
     const held = await this.store.read(async (tx) => {
-      const certs = await tx.certificates.all();
       const out: string[] = [];
       for (const fqdn of custom) {
         const row = await tx.domains.get(fqdn);
-        if ((row && row.user_id !== userId) || certs.some((c) => c.user_id !== userId && c.common_name === fqdn))
+        if ((row && row.user_id !== userId) || (await tx.certificates.named(fqdn)).some((c) => c.user_id !== userId))
           out.push(fqdn);
       }
       return out;

@@ -587,8 +587,10 @@ export interface Tx {
     all(): Promise<VolumeRec[]>;
   };
   certificates: UserTable<CertificateRec> & {
-    /** every certificate of every user (issuance, gateway, domain claims) */
+    /** every certificate of every user (issuance, gateway) */
     all(): Promise<CertificateRec[]>;
+    /** the certificates of any user whose common name is `fqdn` (domain claims; indexed) */
+    named(fqdn: string): Promise<CertificateRec[]>;
   };
   autoscale: {
     get(groupId: string): Promise<AutoscaleRec | undefined>;

@@ -126,6 +126,51 @@ for (const kind of KINDS) {
       }
     });
 
+    test("certificates by common name: any user's, only that name", async () => {
+      const db = await kind.fresh();
+      const s = await db.open();
+      try {
+        const a = user('alice');
+        const b = user('bob');
+        const cert = (userId: string, name: string, cn: string) => ({
+          id: randomUUID(),
+          user_id: userId,
+          name,
+          created_at: new Date().toISOString(),
+          common_name: cn,
+          state: 'pending' as const,
+          validation_attempt: 0,
+          validation_next: null,
+          subject: null,
+          issuer: null,
+          serial_number: null,
+          not_before: null,
+          not_after: null,
+          message: null,
+          source: 'acme' as const,
+          names: [],
+          proven: false,
+        });
+        const mine = cert(a.id, 'c1', 'app.example.com');
+        const theirs = cert(b.id, 'c2', 'app.example.com');
+        await s.tx(async (tx) => {
+          await tx.users.insert(a);
+          await tx.users.insert(b);
+          await tx.certificates.insert(mine);
+          await tx.certificates.insert(theirs);
+          await tx.certificates.insert(cert(a.id, 'c3', 'www.example.com'));
+        });
+        const got = await s.read((tx) => tx.certificates.named('app.example.com'));
+        assert.deepEqual(
+          got.map((c) => c.id),
+          [mine.id, theirs.id],
+        );
+        assert.deepEqual(await s.read((tx) => tx.certificates.named('example.com')), []);
+      } finally {
+        await s.close();
+      }
+    });
+
     test('state changes through setState only, from the stored state; each appends its event', async () => {
       const db = await kind.fresh();
       const s = await db.open();

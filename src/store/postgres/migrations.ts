@@ -262,4 +262,7 @@ export const PG_MIGRATIONS: string[] = [
   /* 10: SQLite migration 13 (network settings) */ `
   ALTER TABLE hosts ADD COLUMN network text;
   `,
+  /* 11: SQLite migration 14 (certificates by common name) */ `
+  CREATE INDEX certificates_common_name ON certificates (common_name);
+  `,
 ];

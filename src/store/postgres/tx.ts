@@ -319,6 +319,7 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
     certificates: {
       ...userTable(S.certificates),
       all: () => many('SELECT * FROM certificates ORDER BY seq'),
+      named: (fqdn) => many('SELECT * FROM certificates WHERE common_name=$1 ORDER BY seq', fqdn),
     },
     autoscale: {
       get: (groupId) => one<AutoscaleRec>('SELECT * FROM autoscale WHERE group_id=$1', groupId),

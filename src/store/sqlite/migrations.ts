@@ -331,4 +331,7 @@ export const MIGRATIONS: string[] = [
   /* 13: many hosts (issue 22): each host's private network settings, which every live host must share */ `
   ALTER TABLE hosts ADD COLUMN network TEXT;
   `,
+  /* 14: a domain claim looks up the certificates of one name, not all of them (issue 26) */ `
+  CREATE INDEX certificates_common_name ON certificates (common_name);
+  `,
 ];

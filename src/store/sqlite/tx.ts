@@ -358,6 +358,8 @@ export function makeTx(
     certificates: {
       ...userTable(S.certificates),
       all: async () => many(S.certificates, 'SELECT * FROM certificates ORDER BY rowid'),
+      named: async (fqdn) =>
+        many(S.certificates, 'SELECT * FROM certificates WHERE common_name=? ORDER BY rowid', fqdn),
     },
     autoscale: {
       get: async (groupId) => one<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE group_id=?', groupId),
