@@ -50,7 +50,10 @@ if [ -f "$DATA/unihost.pid" ] && kill -0 "$(cat "$DATA/unihost.pid")" 2>/dev/nul
 else
   echo "==> starting the daemon on $URL (log: $LOG, rolled every 20 MB)"
   # the log rolls itself (--log-file); what the process prints outside it (a crash) goes to unihost.out
-  setsid nohup node bin/unihost.js serve --listen "$LISTEN" --log-file "$DATA/logs/unihost.log" \
+  # jemalloc is the daemon's allocator (its own; QEMU and HAProxy get glibc's): docs/operations.md, "Memory"
+  JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+  PRELOAD=""; [ -f "$JEMALLOC" ] && PRELOAD="$JEMALLOC"
+  LD_PRELOAD="$PRELOAD" setsid nohup node bin/unihost.js serve --listen "$LISTEN" --log-file "$DATA/logs/unihost.log" \
     >>"$DATA/unihost.out" 2>&1 </dev/null &
   echo $! >"$DATA/unihost.pid"
   for _ in $(seq 1 100); do alive && break; sleep 0.2; done

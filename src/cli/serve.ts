@@ -1,6 +1,18 @@
 import type { Command } from 'commander';
+import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { loadConfig, parseRoles } from '../config.js';
+
+/** What this process allocates with, as its mappings say: glibc's malloc unless another was loaded. */
+export function allocator(): string {
+  let maps = '';
+  try {
+    maps = readFileSync('/proc/self/maps', 'utf8');
+  } catch {
+    // not Linux: whatever the system's is
+  }
+  return /\/lib(jemalloc|tcmalloc|mimalloc)[^/\s]*\.so/.exec(maps)?.[1] ?? 'glibc';
+}
 
 interface ServeOpts {
   listen?: string;
@@ -76,11 +88,17 @@ export function registerServe(program: Command): void {
         ...(acmeDirectory ? { acme: { directory: acmeDirectory } } : {}),
       });
       // loaded here, not at the top: client commands start faster without the daemon's modules
+      // An allocator the daemon was started with (LD_PRELOAD: jemalloc, as scripts/up.sh and the
+      // systemd unit do; docs/operations.md, "Memory") is the daemon's own: QEMU, HAProxy and the
+      // tools it runs get the system's, so that their memory stays theirs and is measured as such.
+      const preload = process.env.LD_PRELOAD;
+      delete process.env.LD_PRELOAD;
       const { startDaemon } = await import('../daemon.js');
       const { defaultControllers } = await import('../controllers.js');
       // a misspelt driver name stops the start before anything is created in the data dir
       (await import('../drivers.js')).checkDriverNames(config);
       const d = await startDaemon(config, { controllers: defaultControllers });
+      d.logger.info({ preload: preload ?? null }, `memory allocator: ${allocator()}`);
       let closing = false;
       const shutdown = (sig: string) => {
         if (closing) return;

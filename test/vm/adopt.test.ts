@@ -20,6 +20,7 @@ import { alive, guestOut, killLeaks, poll, qemuProcs, ROOT } from '../helpers/vm
 import { QmpClient } from '../../src/machines/qemu/qmp.js';
 import { freePort } from '../../src/gateway/haproxy/process.js';
 import { runtimeFiles } from '../../src/machines/qemu/argv.js';
+import { JEMALLOC } from '../../src/cli/admin/service.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -59,7 +60,12 @@ async function startDaemon(): Promise<ChildProcess> {
   const child = spawn(
     process.execPath,
     [join(ROOT, 'bin', 'unihost.js'), 'serve', '--data-dir', dir, '--listen', `127.0.0.1:${port}`],
-    { cwd: ROOT, env, stdio: ['ignore', out, out] },
+    // with the allocator the daemon is started with in production (scripts/up.sh, the systemd unit)
+    {
+      cwd: ROOT,
+      env: { ...env, ...(existsSync(JEMALLOC) ? { LD_PRELOAD: JEMALLOC } : {}) },
+      stdio: ['ignore', out, out],
+    },
   );
   closeSync(out);
   daemon = child;
@@ -152,6 +158,14 @@ test('kill -9 of the daemon: VMs keep running; the next daemon adopts them', asy
   await poll('echo printed its args', async () => /echo: running/.test(await logText('survivor')));
   const pid = pidOf('survivor');
   const before = await one('GET', `/v1/instances/${ids.survivor}`);
+  // the preloaded allocator is the daemon's own: QEMU gets the system's (its memory is measured as QEMU's)
+  if (existsSync(JEMALLOC)) {
+    assert.match(readFileSync(join(dir, 'daemon.log'), 'utf8'), /memory allocator: jemalloc/);
+    const qemuEnv = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+    assert.ok(qemuEnv.length > 1, 'the environment of the QEMU is read');
+    assert.ok(!qemuEnv.some((v) => v.startsWith('LD_PRELOAD=')), qemuEnv.join(' '));
+    assert.doesNotMatch(readFileSync(`/proc/${pid}/maps`, 'utf8'), /jemalloc/);
+  } else console.log(`# no ${JEMALLOC} (Debian's libjemalloc2): the daemon's allocator is not checked`);
 
   await kill9();
   await new Promise((r) => setTimeout(r, 500));

@@ -11,7 +11,12 @@ export interface UnitOptions {
   dataDir: string;
   /** extra `serve` arguments (e.g. `--listen 0.0.0.0:7878`) */
   serveArgs: string[];
+  /** the allocator the daemon is started with (jemalloc, when the host has it), or none: glibc's */
+  preload?: string;
 }
+
+/** Debian's libjemalloc2: the daemon's allocator where it is installed (docs/operations.md, "Memory"). */
+export const JEMALLOC = '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2';
 
 const quote = (s: string): string => (/^[\w@%+=:,./-]+$/.test(s) ? s : `"${s.replace(/(["\\$`])/g, '\\$1')}"`);
 
@@ -34,7 +39,14 @@ Wants=network-online.target
 [Service]
 Type=simple
 ExecStart=${exec}
-Restart=on-failure
+${
+  o.preload
+    ? `# the daemon's allocator (its own: QEMU and HAProxy get the system's); glibc's malloc fragments
+# under the daemon's load and its RSS creeps up (docs/operations.md, "Memory")
+Environment=LD_PRELOAD=${quote(o.preload)}
+`
+    : ''
+}Restart=on-failure
 RestartSec=2
 # VMs and HAProxy outlive the daemon: the next one adopts them
 KillMode=process
@@ -89,7 +101,13 @@ export function registerInstallService(admin: Command): void {
       const dataDir = resolve(
         admin.opts<{ dataDir?: string }>().dataDir ?? process.env.UNIHOST_DATA_DIR ?? '/var/lib/unihost',
       );
-      const unit = renderUnit({ bin, node: process.execPath, dataDir, serveArgs: o.serveArg });
+      const unit = renderUnit({
+        bin,
+        node: process.execPath,
+        dataDir,
+        serveArgs: o.serveArg,
+        ...(existsSync(JEMALLOC) ? { preload: JEMALLOC } : {}),
+      });
       if (o.print) return void process.stdout.write(unit);
       mkdirSync(o.unitDir, { recursive: true });
       const path = join(o.unitDir, `${o.name}.service`);
