@@ -2,7 +2,8 @@
  * bench/soak: the daemon under mixed load for a long time; its resources
  * must stay flat (issue 26, "Soak").
  *
- *   npx tsx bench/soak.ts [--minutes 60] [--sample-s 30] [--check] [--daemon-env KEY=VALUE ...]
+ *   npx tsx bench/soak.ts [--minutes 60] [--sample-s 30] [--check] [--malloc jemalloc|glibc]
+ *                         [--daemon-env KEY=VALUE ...]
  *
  * Runs the real daemon (`unihost serve`, a process of its own so that its
  * figures are its own) with the private network, the HAProxy gateway and
@@ -41,6 +42,9 @@ const { values } = parseArgs({
     minutes: { type: 'string', default: '60' },
     'sample-s': { type: 'string', default: '30' },
     check: { type: 'boolean', default: false },
+    // the daemon's allocator: jemalloc as scripts/up.sh and the systemd unit start it (when the host
+    // has Debian's libjemalloc2), or glibc's malloc (docs/operations.md, "Memory")
+    malloc: { type: 'string', default: 'jemalloc' },
     // for diagnosis, e.g. `--daemon-env MALLOC_ARENA_MAX=2`, or heaptrack's LD_PRELOAD (docs/operations.md)
     'daemon-env': { type: 'string', multiple: true, default: [] },
   },
@@ -48,11 +52,18 @@ const { values } = parseArgs({
 const MINUTES = Number(values.minutes);
 const SAMPLE_MS = Number(values['sample-s']) * 1000;
 const UK = process.env.UNIHOST_UNIKRAFT_DIR ?? join(ROOT, '..', 'shared', 'unikraft');
+const JEMALLOC = '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface Sample {
   at: number;
   rssMb: number;
+  /** of the RSS: glibc's main arena (the brk heap), and the anonymous mappings (V8's heap, other arenas, jemalloc's) */
+  brkMb: number;
+  anonMb: number;
+  /** V8's heap as the daemon's /metrics says: in use, and committed */
+  v8UsedMb: number;
+  v8TotalMb: number;
   fds: number;
   sockets: number;
   haproxyProcs: number;
@@ -102,8 +113,39 @@ function haproxyOf(dataDir: string): { procs: number; fds: number } {
   return { procs, fds };
 }
 
-function sample(pid: number, dataDir: string, t0: number): Sample {
+/** The RSS (kB) of the brk heap and of the anonymous mappings, from /proc/<pid>/smaps. */
+function mappings(pid: number): { brk: number; anon: number } {
+  let brk = 0;
+  let anon = 0;
+  let kind: 'brk' | 'anon' | 'other' = 'other';
+  for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+    const head = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ (\d+)\s*(.*)$/.exec(line);
+    if (head) kind = head[2] === '[heap]' ? 'brk' : head[1] === '0' && head[2] === '' ? 'anon' : 'other';
+    else if (line.startsWith('Rss:')) {
+      const kb = Number(/(\d+)/.exec(line)?.[1] ?? 0);
+      if (kind === 'brk') brk += kb;
+      else if (kind === 'anon') anon += kb;
+    }
+  }
+  return { brk, anon };
+}
+
+/** V8's heap (used, committed; bytes) from the daemon's Prometheus metrics. */
+async function v8Heap(url: string, token: string): Promise<{ used: number; total: number }> {
+  try {
+    const r = await request(`${url}/metrics`, { headers: { authorization: `Bearer ${token}` } });
+    const text = await r.body.text();
+    const value = (name: string) => Number(new RegExp(`^${name} (\\S+)`, 'm').exec(text)?.[1] ?? NaN);
+    return { used: value('nodejs_heap_size_used_bytes'), total: value('nodejs_heap_size_total_bytes') };
+  } catch {
+    return { used: NaN, total: NaN };
+  }
+}
+
+async function sample(pid: number, dataDir: string, t0: number, url: string, token: string): Promise<Sample> {
+  const heap = await v8Heap(url, token);
   const rss = Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+  const { brk, anon } = mappings(pid);
   const { fds, sockets } = fdsOf(pid);
   const hp = haproxyOf(dataDir);
   // du says so (and exits 1) when a file goes while it walks: its total still counts
@@ -117,6 +159,10 @@ function sample(pid: number, dataDir: string, t0: number): Sample {
   return {
     at: Math.round((Date.now() - t0) / 1000),
     rssMb: Math.round(rss / 1024),
+    brkMb: Math.round(brk / 1024),
+    anonMb: Math.round(anon / 1024),
+    v8UsedMb: Math.round(heap.used / 2 ** 20),
+    v8TotalMb: Math.round(heap.total / 2 ** 20),
     fds,
     sockets,
     haproxyProcs: hp.procs,
@@ -128,7 +174,7 @@ function sample(pid: number, dataDir: string, t0: number): Sample {
 }
 
 const row = (s: Sample) =>
-  `${String(s.at).padStart(6)} s  rss ${String(s.rssMb).padStart(4)} MB  fds ${String(s.fds).padStart(4)}  sockets ${String(s.sockets).padStart(4)}  haproxy ${s.haproxyProcs} procs ${String(s.haproxyFds).padStart(4)} fds  qemus ${String(s.qemus).padStart(2)} (+${s.warmQemus} warm)  disk ${s.diskMb} MB`;
+  `${String(s.at).padStart(6)} s  rss ${String(s.rssMb).padStart(4)} MB (brk ${String(s.brkMb).padStart(3)}, anon ${String(s.anonMb).padStart(3)}; V8 ${s.v8UsedMb}/${s.v8TotalMb})  fds ${String(s.fds).padStart(4)}  sockets ${String(s.sockets).padStart(4)}  haproxy ${s.haproxyProcs} procs ${String(s.haproxyFds).padStart(4)} fds  qemus ${String(s.qemus).padStart(2)} (+${s.warmQemus} warm)  disk ${s.diskMb} MB`;
 
 async function inner(): Promise<number> {
   const kernel = join(UK, 'c-http_qemu-x86_64');
@@ -140,13 +186,21 @@ async function inner(): Promise<number> {
     execFileSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
   const dataDir = mkdtempSync(join(tmpdir(), 'unihost-soak-'));
   const env = { ...process.env, UNIHOST_ACCEL: 'tcg', UNIHOST_LOG_LEVEL: 'info' };
+  if (values.malloc !== 'jemalloc' && values.malloc !== 'glibc')
+    throw new Error(`--malloc wants jemalloc or glibc, got '${values.malloc}'`);
+  if (values.malloc === 'jemalloc' && !existsSync(JEMALLOC))
+    throw new Error(`--malloc jemalloc: no ${JEMALLOC} (apt-get install libjemalloc2), or --malloc glibc`);
   /** given to the daemon only (not to the CLI calls that set it up) */
-  const daemonEnv = Object.fromEntries(
-    values['daemon-env'].map((kv) => {
-      const eq = kv.indexOf('=');
-      if (eq < 1) throw new Error(`--daemon-env wants KEY=VALUE, got '${kv}'`);
-      return [kv.slice(0, eq), kv.slice(eq + 1)];
-    }),
+  const daemonEnv: Record<string, string> = values.malloc === 'jemalloc' ? { LD_PRELOAD: JEMALLOC } : {};
+  Object.assign(
+    daemonEnv,
+    Object.fromEntries(
+      values['daemon-env'].map((kv) => {
+        const eq = kv.indexOf('=');
+        if (eq < 1) throw new Error(`--daemon-env wants KEY=VALUE, got '${kv}'`);
+        return [kv.slice(0, eq), kv.slice(eq + 1)];
+      }),
+    ),
   );
   const cli = (...args: string[]): string =>
     execFileSync(process.execPath, [join(ROOT, 'bin', 'unihost.js'), ...args, '--data-dir', dataDir], {
@@ -168,7 +222,8 @@ async function inner(): Promise<number> {
     '--firmware',
     'seabios',
   );
-  const token = cli('admin', 'user', 'create', 'soak', '--quiet').trim();
+  // a developer account: it also reads the daemon's /metrics (V8's heap)
+  const token = cli('admin', 'user', 'create', 'soak', '--developer', '--quiet').trim();
   const port = await freePort('127.0.0.1');
   const log = openSync(join(dataDir, 'daemon.log'), 'a');
   const daemon: ChildProcess = spawn(
@@ -194,6 +249,8 @@ async function inner(): Promise<number> {
         await sleep(100);
       }
     }
+    const said = /"msg":"(memory allocator: \w+)"/.exec(readFileSync(join(dataDir, 'daemon.log'), 'utf8'))?.[1];
+    console.log(`# daemon: ${said ?? 'memory allocator: (not logged)'}`);
     // the metro CA the gateway's wildcard certificate comes from (written when the gateway starts)
     let ca = '';
     const gwPort = 443;
@@ -254,14 +311,15 @@ async function inner(): Promise<number> {
     const dreamy = await make('dreamy', { scale_to_zero: { policy: 'on', cooldown_time_ms: 500, stateful: true } });
     await sleep(3000);
     const t0 = Date.now();
-    const baseline = sample(daemon.pid!, dataDir, t0);
+    const baseline = await sample(daemon.pid!, dataDir, t0, url, token);
     console.log(`# bench/soak: ${MINUTES} min of mixed load; the daemon is pid ${daemon.pid}, data dir ${dataDir}`);
     console.log(`baseline ${row(baseline)}`);
     const end = t0 + MINUTES * 60_000;
     const fail = (what: string, e: unknown) => {
       failures++;
       if (failedAt.length < 3) failedAt.push(Date.now());
-      if (failures <= 20) console.log(`# failure (${what}): ${(e as Error).message ?? String(e)}`);
+      const at = `${Math.round((Date.now() - t0) / 1000)} s`;
+      if (failures <= 20) console.log(`# failure (${what}, at ${at}): ${(e as Error).message ?? String(e)}`);
     };
     const loop = async (what: string, body: () => Promise<void>) => {
       while (Date.now() < end) {
@@ -307,7 +365,9 @@ async function inner(): Promise<number> {
       }),
       loop('wake', async () => {
         for (const fqdn of [sleepy, dreamy]) {
-          const status = await https(fqdn);
+          const status = await https(fqdn).catch((e: Error) => {
+            throw new Error(`wake of ${fqdn}: ${e.message}`, { cause: e });
+          });
           if (status !== 200) throw new Error(`wake of ${fqdn} answered ${refusals.get(fqdn) ?? status}`);
           count.wakes++;
         }
@@ -325,7 +385,7 @@ async function inner(): Promise<number> {
       (async () => {
         while (Date.now() < end) {
           await sleep(Math.min(SAMPLE_MS, Math.max(0, end - Date.now())));
-          const s = sample(daemon.pid!, dataDir, t0);
+          const s = await sample(daemon.pid!, dataDir, t0, url, token);
           samples.push(s);
           console.log(`         ${row(s)}`);
         }
@@ -336,7 +396,7 @@ async function inner(): Promise<number> {
       if (!['steady', 'sleepy', 'dreamy'].includes(i.name as string))
         await call('DELETE', '/v1/instances', { uuid: i.uuid });
     await sleep(5000);
-    const settled = sample(daemon.pid!, dataDir, t0);
+    const settled = await sample(daemon.pid!, dataDir, t0, url, token);
     console.log(`settled  ${row(settled)}`);
     console.log(
       `# ${count.api} API calls, ${count.boots} boots, ${count.wakes} wakes, ${count.requests} gateway requests (${count.retried} asked again on a new connection: their kept-alive one closed as they were sent); ${failures} failures`,
