@@ -170,6 +170,9 @@ export class DaemonMetrics {
 
   /** The text exposition format and its content type. */
   async render(): Promise<{ contentType: string; body: string }> {
-    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+    // prom-client writes a NaN sample (the event loop lag's mean before its first sample) as `Nan`; the text
+    // format's spelling is `NaN`, which strict parsers require
+    const body = (await this.registry.metrics()).replace(/ Nan$/gm, ' NaN');
+    return { contentType: this.registry.contentType, body };
   }
 }
