@@ -87,12 +87,12 @@ export function registerServe(program: Command): void {
         tls: { cert: tlsCert, key: tlsKey },
         ...(acmeDirectory ? { acme: { directory: acmeDirectory } } : {}),
       });
-      // loaded here, not at the top: client commands start faster without the daemon's modules
       // An allocator the daemon was started with (LD_PRELOAD: jemalloc, as scripts/up.sh and the
       // systemd unit do; docs/operations.md, "Memory") is the daemon's own: QEMU, HAProxy and the
       // tools it runs get the system's, so that their memory stays theirs and is measured as such.
       const preload = process.env.LD_PRELOAD;
       delete process.env.LD_PRELOAD;
+      // loaded here, not at the top: client commands start faster without the daemon's modules
       const { startDaemon } = await import('../daemon.js');
       const { defaultControllers } = await import('../controllers.js');
       // a misspelt driver name stops the start before anything is created in the data dir
