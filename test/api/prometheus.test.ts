@@ -38,7 +38,11 @@ after(async () => h.close());
 async function scrape(): Promise<PromMetrics> {
   const r = await h.call('GET', '/metrics', op);
   assert.equal(r.status, 200, r.text);
-  return getMetricsFromStream(Readable.from([r.text]));
+  // The format allows NaN samples (the event loop lag's mean before its first sample), which this parser does
+  // not know: they must be spelled as the format says, and are left out of what it parses.
+  const lines = r.text.split('\n');
+  for (const l of lines.filter((x) => /\snan$/i.test(x))) assert.match(l, /^\w+(\{.*\})? NaN$/);
+  return getMetricsFromStream(Readable.from([lines.filter((x) => !/ NaN$/.test(x)).join('\n')]));
 }
 
 const family = (fs: PromMetrics, name: string): PromMetric => {
