@@ -36,6 +36,7 @@ import { runFileInNewNetns } from '../test/helpers/netns.js';
 import { guestOut, instanceQemus, ROOT, warmQemus } from '../test/helpers/vm.js';
 import { apiCaller } from './boot-unikraft.js';
 import { freePort } from '../src/gateway/haproxy/process.js';
+import { JEMALLOC } from '../src/cli/admin/service.js';
 
 const { values } = parseArgs({
   options: {
@@ -52,7 +53,6 @@ const { values } = parseArgs({
 const MINUTES = Number(values.minutes);
 const SAMPLE_MS = Number(values['sample-s']) * 1000;
 const UK = process.env.UNIHOST_UNIKRAFT_DIR ?? join(ROOT, '..', 'shared', 'unikraft');
-const JEMALLOC = '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface Sample {
