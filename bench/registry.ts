@@ -5,20 +5,22 @@
  * (default 200 of 4 KiB), each upload a POST then a PUT with the whole body
  * (what every registry supports), each pull a GET read to its end.
  *
- *   npm run build && npx tsx bench/registry.ts [--mb 256] [--small 200] [--rounds 5]
+ *   npm run build && npx tsx bench/registry.ts [--mb 256] [--small 200] [--rounds 5] [--malloc jemalloc|glibc]
  *
  * Both servers run in child processes, the load (undici) in this one. Each
  * phase of a round runs on the two back to back (who goes first alternates),
- * the large pull three times each in turns (median); every round sends new
+ * the large pull three times each in turns (median), read by curl; every round sends new
  * content (no deduplication); `sync` runs before each timed operation.
  * unihost answers with HTTP Basic auth on (its API token), docker-registry
  * with none. Figures: MiB/s for the large blob, operations/s for the small
  * ones; ratios unihost / docker-registry as the median and the worst round.
  */
-import { execFileSync, fork } from 'node:child_process';
+import { execFile, execFileSync, fork } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { parseArgs } from 'node:util';
+import { existsSync } from 'node:fs';
+import { parseArgs, promisify } from 'node:util';
 import { Agent, request } from 'undici';
+import { JEMALLOC } from '../src/cli/admin/service.js';
 import { startDockerRegistry } from '../test/helpers/docker-registry.js';
 
 const { values } = parseArgs({
@@ -26,8 +28,11 @@ const { values } = parseArgs({
     mb: { type: 'string', default: '256' },
     small: { type: 'string', default: '200' },
     rounds: { type: 'string', default: '5' },
+    // the daemon's allocator: jemalloc as scripts/up.sh and the systemd unit give it, or glibc's malloc
+    malloc: { type: 'string', default: 'jemalloc' },
   },
 });
+const execFileP = promisify(execFile);
 const MB = Number(values.mb);
 const SMALL = Number(values.small);
 const ROUNDS = Number(values.rounds);
@@ -83,6 +88,26 @@ async function download(t: Target, repo: string, digest: string): Promise<number
   return n;
 }
 
+/**
+ * The large pull, read by curl (the body to /dev/null): a client in this
+ * process reads at ~300 MiB/s here, slower than either server sends, and
+ * shares their 2 cores; the figure would be the client's.
+ */
+async function curlDownload(t: Target, repo: string, digest: string): Promise<number> {
+  const headers = Object.entries(t.auth).flatMap(([k, v]) => ['-H', `${k}: ${v}`]);
+  const { stdout } = await execFileP('curl', [
+    '-sS',
+    '--fail',
+    '-o',
+    '/dev/null',
+    '-w',
+    '%{size_download}',
+    ...headers,
+    `${t.base}/v2/${repo}/blobs/${digest}`,
+  ]);
+  return Number(stdout);
+}
+
 interface Figures {
   pushMiBs: number;
   pullMiBs: number;
@@ -129,7 +154,7 @@ async function round(targets: [Target, Target], r: number): Promise<[Figures, Fi
     upload(t, 'bench/big', chunks(stamps[targets.indexOf(t)]!, MB), big[targets.indexOf(t)]!, MB * CHUNK),
   );
   const pull = await paired(targets, first, 3, async (t) => {
-    const got = await download(t, 'bench/big', big[targets.indexOf(t)]!);
+    const got = await curlDownload(t, 'bench/big', big[targets.indexOf(t)]!);
     if (got !== MB * CHUNK) throw new Error(`${t.name}: pulled ${got} bytes`);
   });
   const small = stamps.map((s) =>
@@ -154,8 +179,11 @@ async function round(targets: [Target, Target], r: number): Promise<[Figures, Fi
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
+if (values.malloc === 'jemalloc' && !existsSync(JEMALLOC))
+  throw new Error(`--malloc jemalloc: no ${JEMALLOC} (apt-get install libjemalloc2), or --malloc glibc`);
 const child = fork(new URL('./servers/registry.mjs', import.meta.url).pathname, [], {
   stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  env: values.malloc === 'jemalloc' ? { ...process.env, LD_PRELOAD: JEMALLOC } : process.env,
 });
 const ready = await new Promise<{ url: string; token: string }>((resolve, reject) => {
   child.once('message', (m) => resolve(m as { url: string; token: string }));
