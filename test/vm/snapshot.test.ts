@@ -16,7 +16,7 @@
  *   outlive the template; a template of c-http gives clones that answer
  *   through the gateway without a boot banner, each restored into a QEMU
  *   started in advance (a warm VM), found by its jail as a restarted
- *   daemon would;
+ *   daemon would; after two clones made at once, two warm VMs wait;
  * * a checkpoint of Linux http: the instance runs on with its count, an
  *   instance created from the checkpoint starts from the count it had;
  * * Unikraft's c-http (UNIHOST_UNIKRAFT_DIR, default ../shared/unikraft;
@@ -465,6 +465,21 @@ if (!insideTestNetns()) {
             await driver.close();
           }
         }
+        // two clones at once: one of them finds no free warm VM, and from then on the pool keeps two
+        // of the shape (machines.warmVms is 2), so the next burst finds one each
+        await poll('a warm VM waits', async () => warmVms().length > 0, 30_000, 50);
+        const burst = await Promise.all(
+          ['uk-c3', 'uk-c4'].map((name) =>
+            h.call('POST', '/v1/instances', t, {
+              name,
+              template: { name: 'uk-tpl' },
+              autostart: true,
+              wait_timeout_ms: 60_000,
+            }),
+          ),
+        );
+        for (const r of burst) assert.equal(r.body.data.instances[0].state, 'running', r.text);
+        await poll('two warm VMs wait after a burst of restores', async () => warmVms().length === 2, 30_000, 50);
         const del = await h.call('DELETE', '/v1/instances/templates', t, { name: 'uk-tpl' });
         assert.equal(del.body.status, 'success', del.text);
       },

@@ -101,13 +101,23 @@ export function setWarmPriority(pid: number, nice: number): void {
 /** How long a restore waits for a warm VM of its shape that is still starting (then it starts its own). */
 const STARTING_WAIT_MS = 300;
 
+/**
+ * A restore that found no free warm VM of its shape (restores in a burst:
+ * clones made back to back, wakes of several stateful groups) makes the
+ * pool keep two of that shape, within `max`, for this long.
+ */
+const BURST_MS = 5 * 60_000;
+
 /** A reservation not followed by a restore within this time ends the warm VM. */
 const RESERVED_MS = 60_000;
 
 export class WarmPool {
   private readonly vms = new Map<string, WarmVm>();
   private readonly spawns = pLimit(1);
-  private readonly wanted = new Set<string>();
+  /** per shape, starts queued or under way */
+  private readonly wanted = new Map<string, number>();
+  /** per shape, when a restore last found no free warm VM of it */
+  private readonly missed = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
   private closed = false;
 
@@ -123,26 +133,46 @@ export class WarmPool {
   }
 
   /**
-   * Makes sure one free warm VM of this shape exists or is being started,
-   * ending the longest unused one of another shape when the pool is full.
+   * Makes sure a free warm VM of this shape exists or is being started (two
+   * while the shape's restores come in a burst: `BURST_MS`), ending the
+   * longest unused one of another shape when the pool is full.
    */
   want(shape: WarmShape): void {
     if (this.o.max <= 0 || this.closed || shape.machine !== 'pc') return;
     const key = warmKey(shape);
+    const now = Date.now();
     const live = [...this.vms.values()].filter((w) => w.state !== 'taken' && w.state !== 'gone');
-    const mine = live.find((w) => w.key === key && (w.state === 'free' || w.state === 'starting'));
-    if (mine) {
-      mine.since = Date.now();
-      return;
+    const mine = live.filter((w) => w.key === key && (w.state === 'free' || w.state === 'starting'));
+    for (const w of mine) w.since = now;
+    const missed = this.missed.get(key);
+    const target = missed !== undefined && now - missed < BURST_MS ? 2 : 1;
+    let need = target - mine.length - (this.wanted.get(key) ?? 0);
+    for (; need > 0; need--) {
+      if (live.length + this.pending() >= this.o.max) {
+        const idle = live.filter((w) => w.state === 'free' && w.key !== key).sort((a, b) => a.since - b.since)[0];
+        if (!idle) return;
+        live.splice(live.indexOf(idle), 1);
+        void this.end(idle, 'the pool is full and another shape is wanted');
+      }
+      this.wanted.set(key, (this.wanted.get(key) ?? 0) + 1);
+      let counted = true;
+      // once its VM is in the pool (or it gave up), a start is no longer counted as wanted
+      const placed = () => {
+        if (!counted) return;
+        counted = false;
+        const n = (this.wanted.get(key) ?? 1) - 1;
+        if (n > 0) this.wanted.set(key, n);
+        else this.wanted.delete(key);
+      };
+      void this.spawns(() => this.start(shape, key, placed)).finally(placed);
     }
-    if (this.wanted.has(key)) return;
-    if (live.length >= this.o.max) {
-      const idle = live.filter((w) => w.state === 'free').sort((a, b) => a.since - b.since)[0];
-      if (!idle) return;
-      this.end(idle, 'the pool is full and another shape is wanted');
-    }
-    this.wanted.add(key);
-    void this.spawns(() => this.start(shape, key)).finally(() => this.wanted.delete(key));
+  }
+
+  /** starts queued or under way whose VM is not in the pool yet */
+  private pending(): number {
+    let n = 0;
+    for (const c of this.wanted.values()) n += c;
+    return n;
   }
 
   /** Takes a free warm VM of this shape for a restore about to start; undefined when there is none. */
@@ -151,6 +181,7 @@ export class WarmPool {
     const usable = (v: WarmVm) => v.key === key && v.state === 'free' && !v.exited && alive(v.pid);
     let w = [...this.vms.values()].find(usable);
     if (!w) {
+      this.missed.set(key, Date.now());
       // one still starting (made for the snapshot just written, or after the last restore) is usually
       // ready sooner than a QEMU started now: it is waited for, at full priority, for a bounded time
       const starting = [...this.vms.values()].find((v) => v.key === key && v.state === 'starting');
@@ -190,7 +221,7 @@ export class WarmPool {
     await Promise.all([...this.vms.values()].map((w) => this.end(w, 'the daemon stops')));
   }
 
-  private async start(shape: WarmShape, key: string): Promise<void> {
+  private async start(shape: WarmShape, key: string, placed: () => void): Promise<void> {
     if (this.closed) return;
     if ([...this.vms.values()].filter((w) => w.state !== 'gone').length >= this.o.max) return;
     const id = randomUUID();
@@ -259,6 +290,7 @@ export class WarmPool {
       };
       w = vm;
       this.vms.set(id, vm);
+      placed();
       child.once('exit', (code) => {
         vm.exited = true;
         vm.status = code;
@@ -291,6 +323,7 @@ export class WarmPool {
   /** Free ones unused for idleMs, reserved ones never restored into: ended. */
   private expire(): void {
     const now = Date.now();
+    for (const [key, at] of this.missed) if (now - at >= BURST_MS) this.missed.delete(key);
     for (const w of this.vms.values()) {
       if (w.state === 'free' && now - w.since > this.o.idleMs) void this.end(w, 'unused');
       else if (w.state === 'reserved' && now - w.since > RESERVED_MS) void this.end(w, 'reserved and never used');
