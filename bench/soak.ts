@@ -3,7 +3,7 @@
  * must stay flat (issue 26, "Soak").
  *
  *   npx tsx bench/soak.ts [--minutes 60] [--sample-s 30] [--check] [--malloc jemalloc|glibc]
- *                         [--daemon-env KEY=VALUE ...]
+ *                         [--daemon-env KEY=VALUE ...] [--settle-s 5]
  *
  * Runs the real daemon (`unihost serve`, a process of its own so that its
  * figures are its own) with the private network, the HAProxy gateway and
@@ -20,7 +20,8 @@
  * Every `--sample-s` it reads the daemon's RSS, open file descriptors and
  * TCP sockets, HAProxy's processes and descriptors, the QEMU processes and
  * the data dir's disk use. At the end the load stops, the instances it
- * made are deleted, and the same figures are read once settled.
+ * made are deleted, and the same figures are read once settled (after
+ * `--settle-s` of idling).
  * `--check` (the short form, `--minutes 1`) exits 1 when a
  * count that must come back (descriptors, sockets, HAProxy processes, QEMUs,
  * disk) did not; RSS is reported, not judged (it is a figure for docs).
@@ -48,10 +49,13 @@ const { values } = parseArgs({
     malloc: { type: 'string', default: 'jemalloc' },
     // for diagnosis, e.g. `--daemon-env MALLOC_ARENA_MAX=2`, or heaptrack's LD_PRELOAD (docs/operations.md)
     'daemon-env': { type: 'string', multiple: true, default: [] },
+    // how long the daemon idles after the load before the settled figures (a sample every 15 s meanwhile)
+    'settle-s': { type: 'string', default: '5' },
   },
 });
 const MINUTES = Number(values.minutes);
 const SAMPLE_MS = Number(values['sample-s']) * 1000;
+const SETTLE_MS = Number(values['settle-s']) * 1000;
 const UK = process.env.UNIHOST_UNIKRAFT_DIR ?? join(ROOT, '..', 'shared', 'unikraft');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -64,6 +68,8 @@ interface Sample {
   /** V8's heap as the daemon's /metrics says: in use, and committed */
   v8UsedMb: number;
   v8TotalMb: number;
+  /** of the committed heap, the young generation's (new space) */
+  v8NewMb: number;
   fds: number;
   sockets: number;
   haproxyProcs: number;
@@ -131,14 +137,18 @@ function mappings(pid: number): { brk: number; anon: number } {
 }
 
 /** V8's heap (used, committed; bytes) from the daemon's Prometheus metrics. */
-async function v8Heap(url: string, token: string): Promise<{ used: number; total: number }> {
+async function v8Heap(url: string, token: string): Promise<{ used: number; total: number; young: number }> {
   try {
     const r = await request(`${url}/metrics`, { headers: { authorization: `Bearer ${token}` } });
     const text = await r.body.text();
     const value = (name: string) => Number(new RegExp(`^${name} (\\S+)`, 'm').exec(text)?.[1] ?? NaN);
-    return { used: value('nodejs_heap_size_used_bytes'), total: value('nodejs_heap_size_total_bytes') };
+    return {
+      used: value('nodejs_heap_size_used_bytes'),
+      total: value('nodejs_heap_size_total_bytes'),
+      young: value('nodejs_heap_space_size_total_bytes\\{space="new"\\}'),
+    };
   } catch {
-    return { used: NaN, total: NaN };
+    return { used: NaN, total: NaN, young: NaN };
   }
 }
 
@@ -163,6 +173,7 @@ async function sample(pid: number, dataDir: string, t0: number, url: string, tok
     anonMb: Math.round(anon / 1024),
     v8UsedMb: Math.round(heap.used / 2 ** 20),
     v8TotalMb: Math.round(heap.total / 2 ** 20),
+    v8NewMb: Math.round(heap.young / 2 ** 20),
     fds,
     sockets,
     haproxyProcs: hp.procs,
@@ -174,7 +185,7 @@ async function sample(pid: number, dataDir: string, t0: number, url: string, tok
 }
 
 const row = (s: Sample) =>
-  `${String(s.at).padStart(6)} s  rss ${String(s.rssMb).padStart(4)} MB (brk ${String(s.brkMb).padStart(3)}, anon ${String(s.anonMb).padStart(3)}; V8 ${s.v8UsedMb}/${s.v8TotalMb})  fds ${String(s.fds).padStart(4)}  sockets ${String(s.sockets).padStart(4)}  haproxy ${s.haproxyProcs} procs ${String(s.haproxyFds).padStart(4)} fds  qemus ${String(s.qemus).padStart(2)} (+${s.warmQemus} warm)  disk ${s.diskMb} MB`;
+  `${String(s.at).padStart(6)} s  rss ${String(s.rssMb).padStart(4)} MB (brk ${String(s.brkMb).padStart(3)}, anon ${String(s.anonMb).padStart(3)}; V8 ${s.v8UsedMb}/${s.v8TotalMb}, new ${s.v8NewMb})  fds ${String(s.fds).padStart(4)}  sockets ${String(s.sockets).padStart(4)}  haproxy ${s.haproxyProcs} procs ${String(s.haproxyFds).padStart(4)} fds  qemus ${String(s.qemus).padStart(2)} (+${s.warmQemus} warm)  disk ${s.diskMb} MB`;
 
 async function inner(): Promise<number> {
   const kernel = join(UK, 'c-http_qemu-x86_64');
@@ -395,7 +406,12 @@ async function inner(): Promise<number> {
     for (const i of (await call('GET', '/v1/instances/list', undefined)).data.instances ?? [])
       if (!['steady', 'sleepy', 'dreamy'].includes(i.name as string))
         await call('DELETE', '/v1/instances', { uuid: i.uuid });
-    await sleep(5000);
+    // idle: what the allocators and V8 give back once the load is gone
+    for (let left = SETTLE_MS; left > 15_000; left -= 15_000) {
+      await sleep(15_000);
+      console.log(`idle     ${row(await sample(daemon.pid!, dataDir, t0, url, token))}`);
+    }
+    await sleep(SETTLE_MS % 15_000 || Math.min(SETTLE_MS, 15_000));
     const settled = await sample(daemon.pid!, dataDir, t0, url, token);
     console.log(`settled  ${row(settled)}`);
     console.log(
