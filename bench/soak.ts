@@ -248,6 +248,8 @@ async function inner(): Promise<number> {
   let failures = 0;
   /** when the first failures happened: the daemon's log around them is printed */
   const failedAt: number[] = [];
+  /** every failure: what failed, and in which minute of the load */
+  const failedWhen: { what: string; minute: number }[] = [];
   try {
     for (let i = 0; ; i++) {
       if (daemon.exitCode !== null)
@@ -329,6 +331,7 @@ async function inner(): Promise<number> {
     const fail = (what: string, e: unknown) => {
       failures++;
       if (failedAt.length < 3) failedAt.push(Date.now());
+      failedWhen.push({ what, minute: Math.floor((Date.now() - t0) / 60_000) });
       const at = `${Math.round((Date.now() - t0) / 1000)} s`;
       if (failures <= 20) console.log(`# failure (${what}, at ${at}): ${(e as Error).message ?? String(e)}`);
     };
@@ -417,6 +420,20 @@ async function inner(): Promise<number> {
     console.log(
       `# ${count.api} API calls, ${count.boots} boots, ${count.wakes} wakes, ${count.requests} gateway requests (${count.retried} asked again on a new connection: their kept-alive one closed as they were sent); ${failures} failures`,
     );
+    if (failedWhen.length > 0) {
+      // by kind, and the minutes they came in: a burst (one stalled guest) reads apart from a steady trickle
+      const byKind = new Map<string, Map<number, number>>();
+      for (const f of failedWhen) {
+        const minutes = byKind.get(f.what) ?? new Map<number, number>();
+        minutes.set(f.minute, (minutes.get(f.minute) ?? 0) + 1);
+        byKind.set(f.what, minutes);
+      }
+      for (const [what, minutes] of byKind) {
+        const all = [...minutes.values()].reduce((a, b) => a + b, 0);
+        const list = [...minutes].map(([m, n]) => `${n} in minute ${m}`).join(', ');
+        console.log(`# failures of ${what}: ${all} (${list})`);
+      }
+    }
     const peakRss = Math.max(...samples.map((s) => s.rssMb), baseline.rssMb);
     console.log(`# daemon RSS: baseline ${baseline.rssMb} MB, peak ${peakRss} MB, settled ${settled.rssMb} MB`);
     if (!values.check) return 0;
