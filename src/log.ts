@@ -21,5 +21,11 @@ export function logDestination(o: Config['log']): pino.DestinationStream | undef
       limit: { count: o.keep, removeOtherLogFiles: true },
       symlink: true,
     },
+    // The worker runs pino-roll's plain JavaScript: it needs none of the
+    // parent's flags. Inheriting a loader (`--import tsx` in tests and dev
+    // runs) gives each worker its own module-hooks thread, and on Node 20
+    // that start can stall; a fresh-clone CI run once hung in the log test
+    // until its 15-minute timeout with no bounded wait of its own firing.
+    worker: { execArgv: [] },
   }) as pino.DestinationStream;
 }
