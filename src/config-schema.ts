@@ -88,7 +88,6 @@ export const ConfigFileSchema = Obj({
     cpuWeight: Type.Integer({ minimum: 0, maximum: 10_000 }),
     logErrors: Type.Boolean(),
     allowedPorts: Type.Array(Type.String({ pattern: '^[0-9]{1,5}(-[0-9]{1,5})?$' }), { maxItems: 256 }),
-    sourcePorts: Type.String({ pattern: '^([0-9]{1,5}-[0-9]{1,5})?$' }),
   }),
   acme: Obj({
     enabled: Type.Boolean(),

@@ -185,14 +185,6 @@ export interface GatewayConfig {
    * (docs/operations.md, "Ports"). The API's own port is never allowed.
    */
   allowedPorts: string[];
-  /**
-   * Source ports of the gateway's connections to instances, `LOW-HIGH` (at
-   * least 2,048, outside the kernel's ephemeral range); '' lets the kernel
-   * pick. HAProxy then reuses a port to an instance only after every other
-   * port of half the range: lwIP guests ignore a SYN from a port they still
-   * hold in TIME_WAIT (docs/network.md, "Connections to guests").
-   */
-  sourcePorts: string;
 }
 
 /**
@@ -314,7 +306,6 @@ export const DEFAULTS: Config = {
     cpuWeight: 400,
     logErrors: false,
     allowedPorts: ['80', '443', '1024-65535'],
-    sourcePorts: '16384-32767',
     wake: { timeoutMs: 10_000, maxHeldPerGroup: 1000 },
   },
   acme: {

@@ -2,7 +2,6 @@ import type { Logger } from 'pino';
 import { availableParallelism } from 'node:os';
 import { gatewayThreads } from './config.js';
 import { HaproxyDataPlane } from './gateway/haproxy/plane.js';
-import { parseSourcePorts, type SourcePortRange } from './gateway/haproxy/source-ports.js';
 import { MemoryDataPlane } from './gateway/memory.js';
 import type { DataPlane, GatewayOptions } from './gateway/types.js';
 import type { DriverFactory } from './machines/driver.js';
@@ -11,7 +10,6 @@ import { MemoryMachines } from './machines/memory.js';
 import { probeAccel } from './machines/qemu/accel.js';
 import { hostTscKhz } from './machines/qemu/argv.js';
 import { QemuDriver } from './machines/qemu/driver.js';
-import { hostGateway, parseSubnet } from './network/address.js';
 import type { NetworkDriver } from './network/driver.js';
 import { HostNetwork } from './network/host.js';
 import { MemoryNetwork } from './network/memory.js';
@@ -62,22 +60,9 @@ const DATA_PLANES: Record<string, Build<(o: GatewayOptions) => DataPlane>> = {
       threads: gatewayThreads(s.config.gateway.threads, availableParallelism()),
       cpuWeight: s.config.gateway.cpuWeight,
       logErrors: s.config.gateway.logErrors,
-      sourcePorts: sourcePorts(s),
     }),
   memory: (s) => (o) => new MemoryDataPlane(o, () => s.clock.now()),
 };
-
-/**
- * Where HAProxy connects to instances from (gateway.sourcePorts): this
- * host's address on the instances' bridge, which an agent's host has (a
- * gateway runs beside an agent, docs/hosts.md); none without one.
- */
-function sourcePorts(s: Services): SourcePortRange | undefined {
-  const c = s.config;
-  const range = parseSourcePorts(c.gateway.sourcePorts);
-  if (!range || !c.network.enabled || c.network.driver !== 'host' || !c.roles.includes('agent')) return undefined;
-  return { address: hostGateway(parseSubnet(c.subnet), s.hostSlot), ...range };
-}
 
 /** The entry of `table` named `name`, or an error that names the setting and the choices. */
 function choose<T>(setting: string, table: Record<string, T>, name: string): T {
@@ -98,7 +83,6 @@ export function checkDriverNames(c: Services['config']): void {
   choose('network.driver', NETWORKS, c.network.driver);
   choose('volumes.driver', VOLUMES, c.volumes.driver);
   choose('gateway.driver', DATA_PLANES, c.gateway.driver);
-  parseSourcePorts(c.gateway.sourcePorts);
   const vm = c.machines.driver === 'memory';
   const others: [string, string][] = [['volumes.driver', c.volumes.driver]];
   if (c.network.enabled) others.unshift(['network.driver', c.network.driver]);

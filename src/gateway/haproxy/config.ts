@@ -31,8 +31,6 @@ export interface PlaneState {
   wakePorts: Map<string, number>;
   /** group id -> its instances (only running and draining ones are rendered) */
   backends: (groupId: string) => Backend[];
-  /** a server's `source` option from its address (`ip:port`) and `backend/name` (source-ports.ts); none: the kernel picks */
-  source?: (addr: string, server: string) => string;
 }
 
 /** Files under <dataDir>/haproxy/. */
@@ -317,10 +315,10 @@ function backend(s: PlaneState, port: number, tls: boolean, slot: Slot): string[
   if (http) out.push(`  server ${ACTIVATOR_SERVER} 127.0.0.1:${s.activatorPorts.get(port)!.backup} backup`);
   for (const b of r ? s.backends(r.groupId) : []) {
     if (b.state === 'other') continue;
-    const name = serverName(b.instanceId);
-    const addr = `${b.host}:${r!.destinationPort}`;
-    // drains are runtime state (`set server state drain`), set again after every load
-    out.push(`  server ${name} ${addr}${serverOptions(r)}${s.source?.(addr, `${slot.name}/${name}`) ?? ''}`);
+    out.push(
+      // drains are runtime state (`set server state drain`), set again after every load
+      `  server ${serverName(b.instanceId)} ${b.host}:${r!.destinationPort}${serverOptions(r)}`,
+    );
   }
   out.push('');
   return out;

@@ -49,15 +49,10 @@ export class StatCounters {
 
   /** Folds one `show stat` answer in. */
   update(csv: string, names: StatNames, now = Date.now()): void {
-    this.updateRows(parseStat(csv), names, now);
-  }
-
-  /** Folds one `show stat` answer in, parsed (runtime.ts parseStat). */
-  updateRows(rows: Record<string, string>[], names: StatNames, now = Date.now()): void {
     const groupOpen = new Map<string, number>();
     const instOpen = new Map<string, number>();
     this.ports.clear();
-    for (const r of rows) {
+    for (const r of parseStat(csv)) {
       const px = r.pxname ?? '';
       const sv = r.svname ?? '';
       const cur = Number(r.scur) || 0;

@@ -12,16 +12,7 @@ import { StatCounters, statNames } from './counters.js';
 import { SlotPool, type Slot } from './slots.js';
 import { TcpWake } from './tcp-wake.js';
 import { freePort, HaproxyProcess } from './process.js';
-import { parseStat } from './runtime.js';
-import { SourcePorts, type SourcePortRange } from './source-ports.js';
-import {
-  applyServers,
-  observeConnects,
-  RejectedCommand,
-  shutdownInstance,
-  wantedServers,
-  type ServerTable,
-} from './servers.js';
+import { applyServers, RejectedCommand, shutdownInstance, wantedServers, type ServerTable } from './servers.js';
 import pLimit from 'p-limit';
 
 export interface HaproxyPlaneOptions extends GatewayOptions {
@@ -41,8 +32,6 @@ export interface HaproxyPlaneOptions extends GatewayOptions {
   pickPort?: (host: string) => Promise<number>;
   /** the user HAProxy's workers run as, chrooted (a root daemon only; default `haproxy`, else `nobody`) */
   workerUser?: string;
-  /** source address and ports of the connections to instances (source-ports.ts); none: the kernel picks */
-  sourcePorts?: SourcePortRange;
 }
 
 /**
@@ -112,7 +101,6 @@ export class HaproxyDataPlane implements DataPlane {
   private readonly drainPending = new Set<string>();
   /** public ports HAProxy could not bind, left out until `until` */
   private readonly blocked = new Map<number, { error: string; until: number }>();
-  private readonly sourcePorts: SourcePorts | undefined;
   private readonly pickPort = () => (this.o.pickPort ?? freePort)(this.o.listenHost);
 
   /** HAProxy's workers' uid and gid (PlaneState.worker) */
@@ -122,7 +110,6 @@ export class HaproxyDataPlane implements DataPlane {
     this.f = planeFiles(path.join(o.dataDir, 'haproxy'));
     this.worker = workerIdentity(o.workerUser);
     this.limits = { ...DEFAULT_LIMITS, ...o.limits };
-    this.sourcePorts = o.sourcePorts && new SourcePorts(o.sourcePorts);
     this.certs = new PlaneCerts(o.tls);
     this.proc = new HaproxyProcess(this.f, o.log, o.cpuWeight, o.logErrors === true);
     // a short pause so that a HAProxy that cannot start does not spin
@@ -247,7 +234,6 @@ export class HaproxyDataPlane implements DataPlane {
         [...byPort].map(([p, rs]) => [p, { bound: this.bound.get(p)!, routes: rs, slots: slots.get(p)! }]),
       ),
       backends: withServers ? this.o.backends : () => [],
-      source: this.sourcePorts && ((addr: string, server: string) => this.sourcePorts!.option(addr, server)),
     });
     const slotOf = (p: number, g: string) => this.pool.slotOf(p, g);
     const wantMaps = new Map([...byPort].map(([p, rs]) => [p, mapEntries(p, rs, slotOf)]));
@@ -256,8 +242,6 @@ export class HaproxyDataPlane implements DataPlane {
     const wantCerts = this.certs.want(this.routes, this.o.metroDomain);
     if (forceReload || !this.started || shape !== this.loadedShape) {
       await this.certs.write(this.f, wantCerts);
-      // the new worker's servers start new rings
-      this.sourcePorts?.reload();
       await this.load(renderConfig(state(true), this.f), wantMaps);
       this.loadedShape = shape;
       // the configuration has every server as ready; drains are runtime state
@@ -273,7 +257,7 @@ export class HaproxyDataPlane implements DataPlane {
       await this.certs.apply(this.proc.admin, this.f, wantCerts);
       // names leave before their slot's servers go; names come after their slot's servers are there
       await applyMaps(this.proc.admin, this.f, this.maps, wantMaps, 'remove');
-      await applyServers(this.proc.admin, this.servers, wantServers, this.sourcePorts);
+      await applyServers(this.proc.admin, this.servers, wantServers);
       await applyMaps(this.proc.admin, this.f, this.maps, wantMaps, 'add');
       this.maps = wantMaps;
     } catch (e) {
@@ -386,9 +370,7 @@ export class HaproxyDataPlane implements DataPlane {
         if (!this.proc.running()) this.resync('haproxy is not running');
         return;
       }
-      const rows = parseStat(csv);
-      this.stats.updateRows(rows, statNames(this.slots, this.servers));
-      if (this.sourcePorts) observeConnects(this.sourcePorts, rows, this.servers);
+      this.stats.update(csv, statNames(this.slots, this.servers));
     } finally {
       this.polling = false;
     }

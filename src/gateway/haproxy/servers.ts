@@ -2,7 +2,6 @@ import type { Backend } from '../types.js';
 import { serverName, serverOptions } from './config.js';
 import { refused, type RuntimeApi } from './runtime.js';
 import type { Slot } from './slots.js';
-import type { SourcePorts } from './source-ports.js';
 
 /** One server as HAProxy has it: address and admin state. */
 export interface ServerState {
@@ -59,13 +58,7 @@ export async function cmd(api: RuntimeApi, c: string): Promise<void> {
  * maintenance, their sessions cut and the server deleted. Mutates `have` as
  * commands succeed so a failure leaves it true.
  */
-export async function applyServers(
-  api: RuntimeApi,
-  have: ServerTable,
-  want: ServerTable,
-  /** the servers' source ports (source-ports.ts): a ring per add, so not part of `opts` */
-  source?: Pick<SourcePorts, 'option' | 'removed'>,
-): Promise<void> {
+export async function applyServers(api: RuntimeApi, have: ServerTable, want: ServerTable): Promise<void> {
   for (const [be, servers] of want) {
     const cur = have.get(be) ?? new Map<string, ServerState>();
     have.set(be, cur);
@@ -75,14 +68,12 @@ export async function applyServers(
       await cmd(api, `set server ${be}/${name} state maint`);
       await api.send(`shutdown sessions server ${be}/${name}`);
       await cmd(api, `del server ${be}/${name}`);
-      source?.removed(s.addr, `${be}/${name}`);
       cur.delete(name);
     }
     for (const [name, w] of servers) {
       const s = cur.get(name);
       if (!s) {
-        const src = source?.option(w.addr, `${be}/${name}`) ?? '';
-        await cmd(api, `add server ${be}/${name} ${w.addr}${w.opts}${src}`);
+        await cmd(api, `add server ${be}/${name} ${w.addr}${w.opts}`);
         cur.set(name, { ...w, state: 'draining' });
         await cmd(api, `set server ${be}/${name} state ${w.state === 'running' ? 'ready' : 'drain'}`);
         cur.set(name, w);
@@ -99,16 +90,4 @@ export async function shutdownInstance(api: RuntimeApi, have: ServerTable, insta
   for (const [be, servers] of have)
     for (const [name, s] of servers)
       if (s.instanceId === instanceId) await api.send(`shutdown sessions server ${be}/${name}`);
-}
-
-/** Tells the source ports how many connects each server made (`connect` of `show stat`: the ports its ring used). */
-export function observeConnects(
-  source: Pick<SourcePorts, 'observe'>,
-  rows: Record<string, string>[],
-  servers: ServerTable,
-): void {
-  for (const r of rows) {
-    const s = servers.get(r.pxname ?? '')?.get(r.svname ?? '');
-    if (s) source.observe(s.addr, `${r.pxname}/${r.svname}`, Number(r.connect) || 0);
-  }
 }
