@@ -36,7 +36,7 @@ export async function defaultControllers(s: Services, log: Logger, drivers?: Dri
         network,
         volumes: d.volumes,
         connections: gateway ? (id) => gateway.connections(id) : undefined,
-        beforeStop: gateway ? () => gateway.settled() : undefined,
+        beforeStop: gateway ? (id) => gateway.leave(id) : undefined,
         services: s,
         driver: d.machines,
         log,

@@ -158,6 +158,12 @@ export interface DataPlane {
   counters(): Counters;
   drain(instanceId: string, timeoutMs: number): Promise<'idle' | 'timeout'>;
   disconnect(instanceId: string): number;
+  /**
+   * An instance is about to stop: no new connection or request goes to it
+   * from now on (open ones go on), without waiting for the next route sync.
+   * A later sync removes it, or takes it back if it runs again.
+   */
+  leave?(instanceId: string): Promise<void>;
   forgetInstance(instanceId: string): void;
   setCertificates(certs: { names: string[]; pair: KeyPair }[]): string[];
   /** resolves (when a promise) once the challenge certificates are served */

@@ -154,6 +154,17 @@ export class GatewayController implements Controller {
     return this.queue.drain();
   }
 
+  /**
+   * An instance is about to stop (the machine controller's `beforeStop`):
+   * the data plane takes it out at once, without waiting for route syncs a
+   * busy platform keeps queued; a plane that cannot waits for them.
+   */
+  async leave(instanceId: string): Promise<void> {
+    const gw = this.dataPlane;
+    if (gw?.leave) return gw.leave(instanceId);
+    return this.settled();
+  }
+
   /** Rebuilds routes and backends from the store (cheap: a few queries over groups and instances). */
   private async sync(): Promise<void> {
     const gw = this.dataPlane;

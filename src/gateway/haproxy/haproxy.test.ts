@@ -191,6 +191,22 @@ describe('gateway on HAProxy', () => {
     assert.equal(await plane.workerPid(), before, 'no reload happened');
   });
 
+  test('an instance about to stop leaves at once (leave): no new requests reach it; a sync takes it back while it runs', async () => {
+    const port = plane.boundPort(80)!;
+    await apply();
+    await plane.leave(a[0].id);
+    // no route sync in between: HAProxy sends nothing more to Aa
+    for (let i = 0; i < 4; i++) assert.equal(JSON.parse((await request(port, A)).body).b, 'Ab');
+    await plane.leave(a[1].id);
+    const r = await request(port, A);
+    assert.equal(r.status, 503, 'both out: the activator answers');
+    // the store still says both run (a stop that did not happen): the next sync enables them again
+    await apply();
+    const seen = new Set<string>();
+    for (let i = 0; i < 4; i++) seen.add(JSON.parse((await request(port, A)).body).b);
+    assert.deepEqual([...seen].sort(), ['Aa', 'Ab']);
+  });
+
   test('a group whose instances all drain reaches the activator by its backend’s backup server: 503 with Retry-After; its bytes count for the group, not as a routed request', async () => {
     const port = plane.boundPort(80)!;
     const settled = async () => {

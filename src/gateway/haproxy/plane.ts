@@ -12,6 +12,7 @@ import { StatCounters, statNames } from './counters.js';
 import { SlotPool, type Slot } from './slots.js';
 import { TcpWake } from './tcp-wake.js';
 import { freePort, HaproxyProcess } from './process.js';
+import { refused } from './runtime.js';
 import { applyServers, RejectedCommand, shutdownInstance, wantedServers, type ServerTable } from './servers.js';
 import pLimit from 'p-limit';
 
@@ -434,6 +435,24 @@ export class HaproxyDataPlane implements DataPlane {
       await this.readStats();
     }
     return 'timeout';
+  }
+
+  /**
+   * Takes an instance's servers out at once (`state maint`), outside the
+   * queue of route changes, which a busy platform can keep seconds behind:
+   * a stop must not leave HAProxy sending new requests to a VM about to end
+   * (the soak saw one cut that way). The group's backup, the activator,
+   * takes them (and wakes a scale-to-zero master). Open sessions go on.
+   */
+  async leave(instanceId: string): Promise<void> {
+    if (!this.started) return;
+    for (const [be, servers] of this.servers)
+      for (const [name, s] of servers)
+        if (s.instanceId === instanceId && s.state !== 'maint') {
+          const answer = await this.proc.admin.send(`set server ${be}/${name} state maint`).catch(() => 'unreachable');
+          // the next sync enables it again (`state ready`) if the instance runs by then, or deletes it
+          if (!refused(answer)) servers.set(name, { ...s, state: 'maint' });
+        }
   }
 
   /** Cuts every session of an instance; returns how many HAProxy counted at the last poll. */

@@ -10,7 +10,8 @@ export interface ServerState {
   addr: string;
   /** options of `add server` (the group's limits) */
   opts: string;
-  state: 'running' | 'draining';
+  /** `maint`: taken out ahead of a stop (HaproxyDataPlane.leave), until a sync removes it or enables it again */
+  state: 'running' | 'draining' | 'maint';
 }
 /** backend -> server name -> state */
 export type ServerTable = Map<string, Map<string, ServerState>>;
