@@ -151,34 +151,10 @@ export async function drainStep(deps: Deps, host: HostRec): Promise<number> {
 }
 
 /**
- * How long a host keeper waits before its next look: until the first lease
- * of another live host runs out (plus DEAD_AFTER_MS), so a dead host is
- * found as its grace ends rather than up to a quarter lease later; at most
- * `everyMs` (drains step on that beat), at least `minMs`.
- */
-export function nextLookIn(
-  hosts: Pick<HostRec, 'id' | 'state' | 'lease_expires_at'>[],
-  selfId: string,
-  now: number,
-  everyMs: number,
-  minMs = 20,
-): number {
-  let next = everyMs;
-  for (const h of hosts) {
-    if (h.id === selfId || h.state === 'dead' || h.lease_expires_at === null) continue;
-    // a few ms past the grace: the look must find it over, not a moment before
-    const due = Date.parse(h.lease_expires_at) + DEAD_AFTER_MS + 5 - now;
-    if (due < next) next = due;
-  }
-  return Math.max(minMs, next);
-}
-
-/**
  * Watches the hosts (every process with the api or agent role runs one; the
  * store's transactions make them agree): marks a host whose lease ran out
  * dead and takes its instances over, and moves the instances of draining
- * hosts, a step every quarter lease, and when another host's lease (and
- * its grace) runs out, whichever comes first (nextLookIn).
+ * hosts, a step every quarter lease.
  */
 export class HostKeeper implements Controller {
   private timer: NodeJS.Timeout | undefined;
@@ -194,29 +170,25 @@ export class HostKeeper implements Controller {
     this.schedule();
   }
 
-  private schedule(inMs = this.s.config.host.leaseMs / 4): void {
+  private schedule(): void {
     if (this.closed) return;
     this.timer = setTimeout(() => {
-      // step() settles every error itself
-      this.busy = this.step().then((next) => this.schedule(next));
-    }, inMs);
+      this.busy = this.step().finally(() => this.schedule());
+    }, this.s.config.host.leaseMs / 4);
   }
 
-  /** One look at the hosts: failover, then a drain step of each draining host. Resolves when to look next (ms). */
-  async step(): Promise<number | undefined> {
+  /** One look at the hosts: failover, then a drain step of each draining host. */
+  async step(): Promise<void> {
     try {
       const dead = await failOverDeadHosts(this.s);
       for (const name of dead) this.log.warn({ host: name }, 'host lease ran out: host dead, its instances taken over');
-      const hosts = await this.s.store.read((tx) => tx.hosts.list());
-      for (const h of hosts)
+      for (const h of await this.s.store.read((tx) => tx.hosts.list()))
         if (h.state === 'draining') {
           const n = await drainStep(this.s, h);
           if (n > 0) this.log.info({ host: h.name, moved: n }, 'drain: instances moving to other hosts');
         }
-      return nextLookIn(hosts, this.s.hostId, Date.now(), this.s.config.host.leaseMs / 4);
     } catch (e) {
       this.log.warn({ err: e }, 'looking at the hosts failed (tried again shortly)');
-      return undefined;
     }
   }
 
