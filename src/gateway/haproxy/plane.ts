@@ -441,7 +441,7 @@ export class HaproxyDataPlane implements DataPlane {
    * Takes an instance's servers out at once (`state maint`), outside the
    * queue of route changes, which a busy platform can keep seconds behind:
    * a stop must not leave HAProxy sending new requests to a VM about to end
-   * (the soak saw one cut that way). The group's backup, the activator,
+   * (likely what cut a request in one CI soak run). The group's backup, the activator,
    * takes them (and wakes a scale-to-zero master). Open sessions go on.
    */
   async leave(instanceId: string): Promise<void> {
