@@ -16,7 +16,8 @@
  *     answers through the gateway and is deleted, again and again;
  *   - wakes: two c-http scale-to-zero masters (one stateful) are asked
  *     through the gateway every 2 s, so they sleep and wake all the time;
- *   - gateway load: 4 loops of keep-alive HTTPS requests to a running c-http.
+ *   - gateway load: 4 loops of keep-alive HTTPS requests to a running c-http, each every
+ *     250 ms (within what one lwIP guest holds).
  * Every `--sample-s` it reads the daemon's RSS, open file descriptors and
  * TCP sockets, HAProxy's processes and descriptors, the QEMU processes and
  * the data dir's disk use. At the end the load stops, the instances it
@@ -393,7 +394,10 @@ async function inner(): Promise<number> {
           const status = await https(steady, agent);
           if (status !== 200) throw new Error(`gateway answered ${refusals.get(steady) ?? status}`);
           count.requests++;
-          await sleep(10);
+          // about 14 requests a second in all: within what one c-http holds (it closes each connection and
+          // keeps it in TIME_WAIT for 120 s; at ~35 a second connects meet those ports in bursts, and five
+          // tries in a row answer 503: docs/network.md, "How many connections an lwIP guest holds")
+          await sleep(250);
         }).finally(() => agent.close());
       }),
       (async () => {
