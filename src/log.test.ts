@@ -42,18 +42,10 @@ async function writeLogs(file: string, mb: number, o = { maxSizeMb: 1, keep: 2 }
         await new Promise((r) => setTimeout(r, 10));
       }
     }
-    const closed = once(dest as unknown as NodeJS.EventEmitter, 'close');
-    (dest as unknown as NodeJS.WritableStream).end();
     // bounded: one CI run (2026-11-29) waited here until the runner's 15-minute timeout
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error('the log destination did not close within 10 s of its end')), 10_000);
-    });
-    try {
-      await Promise.race([closed, late]);
-    } finally {
-      clearTimeout(timer);
-    }
+    const closed = once(dest as unknown as NodeJS.EventEmitter, 'close', { signal: AbortSignal.timeout(10_000) });
+    (dest as unknown as NodeJS.WritableStream).end();
+    await closed;
   } finally {
     clearInterval(alive);
   }

@@ -404,14 +404,7 @@ export class HaproxyDataPlane implements DataPlane {
    * HAProxy counts no session on it, or 'timeout' (sessions then cut).
    */
   async drain(instanceId: string, timeoutMs: number): Promise<'idle' | 'timeout'> {
-    await this.serial(async () => {
-      for (const [be, servers] of this.servers)
-        for (const [name, s] of servers)
-          if (s.instanceId === instanceId) {
-            await this.proc.admin.send(`set server ${be}/${name} state drain`);
-            servers.set(name, { ...s, state: 'draining' });
-          }
-    });
+    await this.serial(() => this.setServerState(instanceId, 'draining'));
     try {
       return await this.waitIdle(instanceId, timeoutMs);
     } finally {
@@ -445,13 +438,18 @@ export class HaproxyDataPlane implements DataPlane {
    * takes them (and wakes a scale-to-zero master). Open sessions go on.
    */
   async leave(instanceId: string): Promise<void> {
-    if (!this.started) return;
+    // the next sync enables it again (`state ready`) if the instance runs by then, or deletes it
+    if (this.started) await this.setServerState(instanceId, 'maint').catch(() => undefined);
+  }
+
+  /** Sets every server of an instance to `state` through the Runtime API, and records what HAProxy took. */
+  private async setServerState(instanceId: string, state: 'draining' | 'maint'): Promise<void> {
+    const haproxyState = state === 'draining' ? 'drain' : 'maint';
     for (const [be, servers] of this.servers)
       for (const [name, s] of servers)
-        if (s.instanceId === instanceId && s.state !== 'maint') {
-          const answer = await this.proc.admin.send(`set server ${be}/${name} state maint`).catch(() => 'unreachable');
-          // the next sync enables it again (`state ready`) if the instance runs by then, or deletes it
-          if (!refused(answer)) servers.set(name, { ...s, state: 'maint' });
+        if (s.instanceId === instanceId && s.state !== state) {
+          const answer = await this.proc.admin.send(`set server ${be}/${name} state ${haproxyState}`);
+          if (!refused(answer)) servers.set(name, { ...s, state });
         }
   }
 
