@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(qemu-system-x86 qemu-utils e2fsprogs iproute2 nftables busybox-static cpio gzip zstd lz4 xz-utils binutils curl ca-certificates pebble haproxy libjemalloc2)
+APT_PACKAGES=(python3-minimal qemu-system-x86 qemu-utils e2fsprogs iproute2 nftables busybox-static cpio gzip zstd lz4 xz-utils binutils curl ca-certificates pebble haproxy libjemalloc2)
 # What only the test command needs (`install.sh --test`): a throwaway PostgreSQL server per test run;
 # skopeo and docker-registry, the real registry clients and the registry the registry tests use;
 # chromium, the browser the web console's tests drive (playwright-core; browser downloads are not used).

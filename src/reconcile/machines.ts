@@ -537,8 +537,8 @@ export class MachineController implements Controller {
       this.unrecordedExits.set(id, ev);
       return this.onExit(inst, rt, ev);
     }
-    // A resumed guest has its init and ready marks at once: both are recorded with `ready`, so the
-    // readiness probe starts without waiting for a store write of its own.
+    // A resumed guest, and a Unikraft kernel's end of banner, give the init and ready marks at once: the
+    // driver sends `ready` alone and both are recorded in its one transaction (a ready guest has run init).
     const resumed = ev.type === 'ready' && !!rt.restored;
     if (ev.type === 'init' && rt.restored) return;
     // An app that listens is running when its ports accept (probed from the host), not at the handover.
@@ -555,13 +555,13 @@ export class MachineController implements Controller {
       listening: 'boot_time_us',
     } as const;
     const f = field[ev.type];
-    if (!f && !resumed) return;
+    if (!f && ev.type !== 'ready') return;
     try {
       await this.s.store.tx(async (tx) => {
         const cur = await tx.instances.getAny(id);
         if (!cur) return;
         const patch: StatusPatch = {};
-        if (resumed && cur.vmm_ready_time_us === null) patch.vmm_ready_time_us = since(ev.at);
+        if (ev.type === 'ready' && cur.vmm_ready_time_us === null) patch.vmm_ready_time_us = since(ev.at);
         if (f && cur[f] === null) patch[f] = since(ev.at);
         if (f === 'boot_time_us' && (await fire(tx, cur, 'booted', patch))) return;
         if (Object.keys(patch).length > 0) await tx.instances.updateStatus(id, patch);

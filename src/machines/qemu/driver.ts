@@ -29,6 +29,7 @@ import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 import { qemuMachineChooser } from './choose.js';
 import { qemuVersion, resumeRestored, snapshotSocket, streamSnapshot, writeSnapshot } from './snapshot.js';
+import { Spawner } from './spawner.js';
 import { setWarmPriority, WarmPool, warmInbox, warmShapeOf, type WarmVm } from './warm.js';
 
 export interface QemuDriverOptions extends QemuOptions {
@@ -45,6 +46,8 @@ export interface QemuDriverOptions extends QemuOptions {
    * at most (0: none), how long one may wait unused. Confined VMs only.
    */
   warm?: { dir: string; max: number; idleMs?: number };
+  /** start VMMs through the posix_spawn helper (spawner.ts) where python3 is there; default on */
+  spawner?: boolean;
 }
 
 interface Vm {
@@ -62,6 +65,8 @@ interface Vm {
   panicked: boolean;
   status: number | null;
   exited: boolean;
+  /** not a child of ours (adopted, or its spawner ended): its end is noticed by polling the pid */
+  orphan: boolean;
   /** the control channel (unihost contract) */
   ctl: ControlTail | null;
   seen: { init: boolean; ready: boolean };
@@ -91,6 +96,8 @@ export class QemuDriver implements MachineDriver {
   private readonly uids = new Map<string, number>();
   private version: string | undefined;
   private readonly pool: WarmPool | null;
+  /** the posix_spawn helper, or null: the daemon forks (spawner.ts) */
+  private readonly spawner: Spawner | null;
 
   constructor(
     private readonly o: QemuDriverOptions,
@@ -106,6 +113,12 @@ export class QemuDriver implements MachineDriver {
             takenUids: () => this.liveUids(),
           })
         : null;
+    this.spawner = o.spawner !== false && Spawner.usable() ? new Spawner((pid) => this.orphaned(pid)) : null;
+  }
+
+  /** A VM whose spawner ended: no one reports its end now, the poll sees it. */
+  private orphaned(pid: number): void {
+    for (const vm of this.vms.values()) if (vm.pid === pid) vm.orphan = true;
   }
 
   /** uids of the live VMs (adopted ones included: their uid is read from /proc when tracked) */
@@ -153,7 +166,9 @@ export class QemuDriver implements MachineDriver {
     mkdirSync(spec.dir, { recursive: true });
     const f = runtimeFiles(spec.dir);
     for (const p of Object.values(f)) rmSync(p, { force: true });
-    const [cmd, ...args] = this.command(spec);
+    const argv = this.command(spec);
+    if (this.spawner) return this.startSpawned(this.spawner, spec, argv);
+    const [cmd, ...args] = argv;
     const err = openSync(f.stderr, 'w');
     // the snapshot to restore, as QEMU's fd 3 (`-incoming fd:3`, argv.ts)
     let snap: number | undefined;
@@ -177,6 +192,23 @@ export class QemuDriver implements MachineDriver {
       vm.status = code;
       this.finish(vm);
     });
+    void this.connectQmp(vm);
+    return { pid, spawnedAt, accel: this.o.accel };
+  }
+
+  /** `start` through the posix_spawn helper (spawner.ts); a VMM that ends before it is tracked ends once it is. */
+  private async startSpawned(spawner: Spawner, spec: MachineSpec, argv: string[]): Promise<MachineRuntime> {
+    const spawnedAt = Date.now();
+    const at: { vm?: Vm; early?: number | null } = {};
+    const end = (vm: Vm, code: number | null) => {
+      vm.status = code;
+      this.finish(vm);
+    };
+    const pid = await spawner.start(argv, { stderr: runtimeFiles(spec.dir).stderr, fd3: spec.restore }, ({ code }) =>
+      at.vm ? end(at.vm, code) : (at.early = code),
+    );
+    const vm = (at.vm = this.track(spec, pid, spawnedAt));
+    if (at.early !== undefined) end(vm, at.early);
     void this.connectQmp(vm);
     return { pid, spawnedAt, accel: this.o.accel };
   }
@@ -321,6 +353,7 @@ export class QemuDriver implements MachineDriver {
       panicked: false,
       status: null,
       exited: false,
+      orphan: adopted,
       ctl:
         spec.contract === 'unihost'
           ? new ControlTail(
@@ -358,7 +391,7 @@ export class QemuDriver implements MachineDriver {
     // inotify can miss events on some file systems; a poll backs it up (and sees an adopted VM end).
     vm.poll = setInterval(() => {
       this.pump(vm);
-      if (adopted && !alive(vm.pid)) this.finish(vm);
+      if (vm.orphan && !alive(vm.pid)) this.finish(vm);
     }, 250);
     this.pump(vm);
     return vm;
@@ -483,11 +516,10 @@ export class QemuDriver implements MachineDriver {
       }
     } else if (!vm.restoring && !vm.seen.ready && handoverOffset(vm.bootConsole) >= 0) {
       // Stock Unikraft kernels have no control channel: the end of the boot banner is the
-      // handover to the application (machines/unikraft.ts).
-      const at = Date.now();
+      // handover to the application (machines/unikraft.ts). It is init and ready at once: `ready`
+      // alone says both (the controller records them in one transaction).
       vm.seen.init = vm.seen.ready = true;
-      this.onEvent(vm.id, { type: 'init', at });
-      this.onEvent(vm.id, { type: 'ready', at });
+      this.onEvent(vm.id, { type: 'ready', at: Date.now() });
     }
   }
 
@@ -568,6 +600,7 @@ export class QemuDriver implements MachineDriver {
 
   async close(): Promise<void> {
     await this.pool?.close();
+    this.spawner?.close();
     for (const vm of this.vms.values()) {
       vm.watcher?.close();
       if (vm.poll) clearInterval(vm.poll);
