@@ -151,8 +151,10 @@ export class QemuDriver implements MachineDriver {
   async start(spec: MachineSpec): Promise<MachineRuntime> {
     if (this.vms.get(spec.id)?.exited === false) throw new Error(`VM ${spec.id} is already running`);
     // Idempotent boot: a VM of this instance that nothing tracks (a daemon killed between spawn and
-    // storing its pid) is ended before its runtime files are replaced.
-    for (const stray of hostVms(dirname(spec.dir)).filter((v) => v.id === spec.id)) {
+    // storing its pid) is ended before its runtime files are replaced. None can run if its directory,
+    // made before every spawn, is not there: the first boot skips the scan of /proc (2 ms here).
+    const strays = existsSync(spec.dir) ? hostVms(dirname(spec.dir)) : [];
+    for (const stray of strays.filter((v) => v.id === spec.id)) {
       this.o.log?.({ id: spec.id, pid: stray.pid }, 'killing an untracked VM of this instance before booting it');
       if (!(await killVm(stray.pid))) throw new Error(`an earlier VM of this instance (pid ${stray.pid}) does not end`);
     }
