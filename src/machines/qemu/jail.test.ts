@@ -17,14 +17,20 @@ test('the wrapper joins every cgroup with its own pid, applies the rlimits and e
     }
     // the "VMM" prints its pid, its args (a `--` among them) and its rlimits
     const prog = join(d, 'vmm.sh');
-    writeFileSync(prog, '#!/bin/sh\necho "$$ $*"; ulimit -n; ulimit -c\n', { mode: 0o700 });
+    writeFileSync(
+      prog,
+      '#!/bin/sh\necho "$$ $*"; ulimit -n; ulimit -Hn; ulimit -c; ulimit -Hc; ulimit -v; ulimit -Hv\n',
+      { mode: 0o700 },
+    );
     const [cmd, ...args] = confinedCommand(prog, ['-name', 'x', '--', 'y z'], 128, cgs);
     const r = spawnSync(cmd!, args, { encoding: 'utf8' });
     assert.equal(r.status, 0, r.stderr);
-    const [first, nofile, core] = r.stdout.trim().split('\n');
+    const [first, ...limits] = r.stdout.trim().split('\n');
     const [pid, ...rest] = first!.split(' ');
     assert.equal(rest.join(' '), '-name x -- y z');
-    assert.deepEqual([nofile, core], ['256', '0']);
+    // soft and hard: 256 files, no core, address space = 128 MB of guest + 1.5 GiB (KiB)
+    const as = String((128 + 1536) * 1024);
+    assert.deepEqual(limits, ['256', '256', '0', '0', as, as]);
     for (const c of cgs) assert.equal(readFileSync(join(c, 'cgroup.procs'), 'utf8').trim(), pid, 'same pid: exec');
     // a cgroup it cannot join fails the start (exit 125) instead of running unconfined
     const bad = confinedCommand(prog, [], 128, [join(d, 'missing')]);
