@@ -17,7 +17,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import pino from 'pino';
 import { request } from 'undici';
 import { DEFAULTS } from '../src/config.js';
@@ -26,6 +26,7 @@ import { startDaemon } from '../src/daemon.js';
 import { chooseBoot } from '../src/machines/qemu/choose.js';
 import { runtimeFiles } from '../src/machines/qemu/argv.js';
 import { processStats } from '../src/machines/stats.js';
+import { hostVms } from '../src/machines/qemu/procs.js';
 import { readChoice } from '../src/images/boot-files.js';
 import { portOpen, RAW_IP, RawQemu } from './raw-qemu.js';
 import { runCli } from '../test/helpers/cli.js';
@@ -114,6 +115,18 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
         }, 1);
       });
 
+    // Each timed boot starts on a quiet host, as each raw one does: a deleted instance's VM, tap and rules
+    // are gone first (DELETE answers before its VM is killed and its tap removed, which overlapped the next boot)
+    const gone = async (name: string): Promise<void> => {
+      const id = (await call('GET', '/v1/instances', { name })).data.instances![0]!.uuid as string;
+      await call('DELETE', '/v1/instances', { name });
+      for (const end = performance.now() + 30_000; performance.now() < end; ) {
+        const left = await d.store.read((tx) => tx.instances.getAny(id));
+        if (!left && !hostVms(dirname(d.services.paths.instance(id))).some((v) => v.id === id)) break;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await new Promise((r) => setTimeout(r, 100)); // its tap's removal and the rules' update
+    };
     const rawHello: number[] = [];
     const rawHttp: number[] = [];
     const apiHello: number[] = [];
@@ -152,7 +165,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
           await portOpen(e.private_ip as string, 8080, 0); // must accept at once: one try
         }
         if (image === pushed) {
-          await call('DELETE', '/v1/instances', { name: `u-${i}` });
+          await gone(`u-${i}`);
           continue;
         }
         const info = (await call('GET', '/v1/instances', { name: `u-${i}` })).data.instances![0]!;
@@ -168,7 +181,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
           startHttp.push(performance.now() - t1);
           if (st.data.instances![0]!.state !== 'running') throw new Error(`start failed: ${JSON.stringify(st)}`);
         }
-        await call('DELETE', '/v1/instances', { name: `u-${i}` });
+        await gone(`u-${i}`);
       }
     }
 
@@ -213,6 +226,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     console.log(
       `boot choice: helloworld ${hello.choice.machine}/${hello.choice.firmware}, c-http ${http.choice.machine}/${http.choice.firmware}`,
     );
+    console.log(`raw QEMU: the driver's argv, started by ${rawQemu.how}`);
     console.log(`helloworld (a) raw spawn -> "Hello from Unikraft!"  ${fmt(rawHello)}`);
     console.log(`helloworld (b) POST autostart, wait -1 -> running  ${fmt(apiHello)}`);
     console.log(`c-http     (a) raw spawn -> port 8080 accepts      ${fmt(rawHttp)}`);
