@@ -120,7 +120,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     const gone = async (name: string): Promise<void> => {
       const id = (await call('GET', '/v1/instances', { name })).data.instances![0]!.uuid as string;
       await call('DELETE', '/v1/instances', { name });
-      for (const end = performance.now() + 30_000; performance.now() < end; ) {
+      for (const end = performance.now() + 30_000; performance.now() < end;) {
         const left = await d.store.read((tx) => tx.instances.getAny(id));
         if (!left && !hostVms(dirname(d.services.paths.instance(id))).some((v) => v.id === id)) break;
         await new Promise((r) => setTimeout(r, 10));
