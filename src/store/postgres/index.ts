@@ -11,7 +11,11 @@ import { Listener } from './listen.js';
 import { PG_MIGRATIONS } from './migrations.js';
 import { makeTx, type Pending, type Query } from './tx.js';
 
-/** Serializes the end of committing transactions, so revisions and event ids follow commit order. */
+/**
+ * Serializes the end of committing transactions, so revisions and event ids
+ * follow commit order; held (a session lock) from before the commit until the
+ * transaction's events are numbered after it (`numberEvents`).
+ */
 const COMMIT_LOCK = 0x756e6968; // 'unih'
 const MIGRATION_LOCK = 0x756e6d67;
 /** Wakes watchers in every process; carries nothing (watchers read the change table). */
@@ -67,6 +71,30 @@ const types = {
       ? (v: string) => Number(v)
       : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
 };
+
+/**
+ * Publishes what committed up to revision `rev`, in one statement outside a
+ * transaction (read committed), by the holder of COMMIT_LOCK right after its
+ * commit: numbers the events that have no `user_seq` yet (each user's in id
+ * order after that user's newest number: 1, 2, 3 ...), then moves the feed's
+ * head (`feed_head`, the newest revision readers may see) to `rev`. Readers
+ * of the feed never see a change before its events have their numbers. A
+ * process that died between its commit and this leaves both to the next
+ * commit of any process (its revisions are below that one's), or to the
+ * next store opened.
+ */
+async function publish(c: pg.ClientBase, rev: number): Promise<void> {
+  await c.query(
+    `WITH numbered AS (
+       UPDATE events e SET user_seq = n.seq
+         FROM (SELECT u.id, coalesce((SELECT max(x.user_seq) FROM events x WHERE x.user_id = u.user_id), 0)
+                          + row_number() OVER (PARTITION BY u.user_id ORDER BY u.id) AS seq
+                 FROM events u WHERE u.user_seq IS NULL) n
+        WHERE e.id = n.id RETURNING 1)
+     UPDATE feed_head SET rev = greatest(rev, $1)`,
+    [rev],
+  );
+}
 
 /** Connection settings of a target, for the pool and the listener. */
 export function clientConfig(target: PgTarget): pg.ClientConfig {
@@ -138,10 +166,11 @@ export class PostgresStore implements Store {
     this.feed = new Feed(
       {
         since: async (after, limit) => {
-          const rows = (await q('SELECT rev, kind, id FROM changes WHERE rev > $1 ORDER BY rev LIMIT $2', [
-            after,
-            limit,
-          ])) as unknown as FeedRow[];
+          // up to the published head: a change is seen once its events have their numbers (publish)
+          const rows = (await q(
+            'SELECT rev, kind, id FROM changes WHERE rev > $1 AND rev <= (SELECT rev FROM feed_head) ORDER BY rev LIMIT $2',
+            [after, limit],
+          )) as unknown as FeedRow[];
           if (this.feedDown) {
             this.feedDown = false;
             this.cache.enable(true);
@@ -187,7 +216,8 @@ export class PostgresStore implements Store {
     const store = new PostgresStore(pool, target, log);
     try {
       await store.migrate();
-      const head = await pool.query('SELECT coalesce(max(rev), 0) AS r FROM changes');
+      await store.publishLeftovers();
+      const head = await pool.query('SELECT rev AS r FROM feed_head');
       store.feed.start(Number(head.rows[0].r));
       // the first watcher: stale entries go before any other watcher re-reads
       store.feed.watch('now', (e) => store.cache.onFeed(e));
@@ -224,6 +254,23 @@ export class PostgresStore implements Store {
         c.release(broken || failed);
       },
     };
+  }
+
+  /** Publishes what a process that died between its commit and its `publish` left. */
+  private async publishLeftovers(): Promise<void> {
+    const { c, done } = await this.checkout();
+    let broken = false;
+    try {
+      await c.query('SELECT pg_advisory_lock($1)', [COMMIT_LOCK]);
+      try {
+        const head = await c.query('SELECT coalesce(max(rev), 0) AS r FROM changes');
+        await publish(c, Number(head.rows[0].r));
+      } finally {
+        await c.query('SELECT pg_advisory_unlock($1)', [COMMIT_LOCK]).catch(() => (broken = true));
+      }
+    } finally {
+      done(broken);
+    }
   }
 
   private async migrate(): Promise<void> {
@@ -307,6 +354,7 @@ export class PostgresStore implements Store {
     const { c, done } = await this.checkout();
     let broken = false;
     let rev = 0;
+    let committing = false;
     try {
       // in one order: no deadlock between two such transactions
       for (const name of [...locks].sort()) await c.query('SELECT pg_advisory_lock(hashtext($1))', [`unihost:${name}`]);
@@ -319,17 +367,26 @@ export class PostgresStore implements Store {
             if (!locks.has(name)) throw new NeedsLock(name);
           }),
         );
-        if (pending.changes.size > 0) rev = await this.flush(q, pending);
+        if (pending.changes.size > 0) {
+          committing = true; // flush takes COMMIT_LOCK
+          rev = await this.flush(q, pending);
+        }
         await c.query('COMMIT');
       } catch (e) {
         await c.query('ROLLBACK').catch(() => undefined);
         throw e;
+      }
+      if (rev > 0) {
+        await publish(c, rev);
+        await c.query(`SELECT pg_notify('${CHANNEL}', '')`);
       }
       return { result, rev };
     } catch (e) {
       broken = isUnreachable(e) || isStalePlan(e);
       throw e;
     } finally {
+      if (committing && !broken)
+        await c.query('SELECT pg_advisory_unlock($1)', [COMMIT_LOCK]).catch(() => (broken = true));
       // session locks outlive the transaction: released before the connection goes back (a broken one is dropped)
       if (locks.size > 0 && !broken) await c.query('SELECT pg_advisory_unlock_all()').catch(() => (broken = true));
       done(broken);
@@ -337,13 +394,18 @@ export class PostgresStore implements Store {
   }
 
   /**
-   * Appends the transaction's changes and events, numbered under a lock held
-   * until commit: a watcher that has read revision N never finds a change
-   * below N committed later. The notification goes out with the commit.
+   * Appends the transaction's changes and events under COMMIT_LOCK, which
+   * the caller holds until commit and `publish` after it: a watcher that has
+   * read revision N never finds a change below N committed later. Each
+   * event's per-user number (`user_seq`, the id clients see) is given by
+   * `publish`, not here: reading the user's newest number inside
+   * a serializable transaction made any two transactions with events of one
+   * user conflict (16 at once took 75 attempts), the conflict storm of
+   * bench/hosts' bursts of boots.
    */
   private async flush(q: Query, p: Pending): Promise<number> {
     const changes = [...p.changes.values()];
-    await q('SELECT pg_advisory_xact_lock($1)', [COMMIT_LOCK]);
+    await q('SELECT pg_advisory_lock($1)', [COMMIT_LOCK]);
     const revs = await q(
       `INSERT INTO changes (rev, kind, id)
          SELECT nextval('revisions'), k, i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS c(k, i, n)
@@ -355,10 +417,7 @@ export class PostgresStore implements Store {
       await q(
         `INSERT INTO events (id, user_seq, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
              stop_reason, exit_code, stop_code, message)
-           SELECT nextval('event_ids'),
-               coalesce((SELECT max(x.user_seq) FROM events x WHERE x.user_id = ev.u), 0)
-                 + row_number() OVER (PARTITION BY ev.u ORDER BY ev.n),
-               a, u, i, nm, g, ty, f, tt, sr, ec, sc, ms
+           SELECT nextval('event_ids'), NULL, a, u, i, nm, g, ty, f, tt, sr, ec, sc, ms
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
                $9::int[], $10::int[], $11::bigint[], $12::text[])
                WITH ORDINALITY AS ev(a, u, i, nm, g, ty, f, tt, sr, ec, sc, ms, n)
@@ -378,7 +437,6 @@ export class PostgresStore implements Store {
           e.map((x) => x.message),
         ],
       );
-    await q(`SELECT pg_notify('${CHANNEL}', '')`);
     return Math.max(...revs.map((r) => Number(r.rev)));
   }
 

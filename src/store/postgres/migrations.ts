@@ -265,4 +265,9 @@ export const PG_MIGRATIONS: string[] = [
   /* 11: SQLite migration 14 (certificates by common name) */ `
   CREATE INDEX certificates_common_name ON certificates (common_name);
   `,
+  /* 12: PostgreSQL only: events are numbered, and changes published, after their commit (index.ts, publish) */ `
+  CREATE INDEX events_unnumbered ON events (id) WHERE user_seq IS NULL;
+  CREATE TABLE feed_head (rev bigint NOT NULL);
+  INSERT INTO feed_head (rev) SELECT coalesce(max(rev), 0) FROM changes;
+  `,
 ];
