@@ -6,6 +6,7 @@
 import { afterEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync } from 'node:fs';
+import { err } from '../errors.js';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -72,6 +73,35 @@ describe('restart policy', () => {
       w.d.ready(id);
       await advance(w, 1_000); // runs 1 s: not yet healthy
     }
+  });
+
+  test('a restart that loses to concurrent changes is tried again, not given up', async () => {
+    const w = await world();
+    const id = await running(w, { restart_policy: 'always' });
+    w.d.exit(id, exitLines(0)); // the first restart is at once
+    await settle(w);
+    w.d.ready(id);
+    await advance(w, 1_000);
+    w.d.exit(id, exitLines(0)); // the second after 5 s
+    await settle(w);
+    assert.equal((await rec(w, id)).state, 'stopped');
+    const boots = w.d.specs.length;
+    // the store refuses the next three transactions as a serialization conflict that outlasted its budget
+    const tx = w.s.store.tx.bind(w.s.store);
+    let refusals = 3;
+    w.s.store.tx = ((fn, o) =>
+      refusals-- > 0
+        ? Promise.reject(err('UH_CONFLICT', 'the change kept conflicting with concurrent changes'))
+        : tx(fn, o)) as typeof w.s.store.tx;
+    await advance(w, 5_000);
+    assert.equal(w.d.specs.length, boots, 'refused: not booted yet');
+    // the reconcile's retries (1 s, 2 s, 4 s ... with jitter)
+    for (let s = 0; s < 60 && w.d.specs.length === boots; s++) await advance(w, 1_000);
+    assert.ok(refusals < 0, 'every refusal was met, and then transactions went through');
+    const r = await rec(w, id);
+    assert.equal(w.d.specs.length, boots + 1, 'restarted once the store took it');
+    assert.deepEqual([r.state, r.restart_count], ['starting', 2]);
+    assert.doesNotMatch(logText(w, id), /restart by policy failed/);
   });
 
   test('a restart by policy passes host admission: on a full host it is given up, with the reason in the log', async () => {

@@ -424,11 +424,19 @@ export class MachineController implements Controller {
     await this.driver.kill(inst.id);
   }
 
-  /** A back-off delay has passed: start again (live quotas apply). */
+  /**
+   * A back-off delay has passed: start again (live quotas apply). A refusal
+   * (a quota, a full host) ends the restart sequence; a store that conflicted
+   * or could not be reached is tried again (the reconcile's retry): under a
+   * burst of boots on several hosts a restart lost ten serialization
+   * conflicts in a row, and its instance stayed stopped for good.
+   */
   private async restartNow(inst: InstanceRec): Promise<void> {
     try {
       await this.s.store.tx((tx) => restartInTx(tx, this.s, inst.id));
     } catch (e) {
+      const code = (e as { code?: string }).code;
+      if (code === 'UH_CONFLICT' || code === 'UH_UNAVAILABLE') throw e;
       this.note(inst.id, `restart by policy failed: ${(e as Error).message}`);
       // the sequence ends: stopped for good until someone starts it
       await this.s.store.tx((tx) => tx.instances.updateStatus(inst.id, { restart_next_at: null }));
