@@ -14,7 +14,7 @@ import { makeTx, type Pending, type Query } from './tx.js';
 /**
  * Serializes the end of committing transactions, so revisions and event ids
  * follow commit order; held (a session lock) from before the commit until the
- * transaction's events are numbered after it (`numberEvents`).
+ * transaction's changes are published after it (`publish`).
  */
 const COMMIT_LOCK = 0x756e6968; // 'unih'
 const MIGRATION_LOCK = 0x756e6d67;
