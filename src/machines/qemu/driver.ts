@@ -113,7 +113,13 @@ export class QemuDriver implements MachineDriver {
             takenUids: () => this.liveUids(),
           })
         : null;
-    this.spawner = o.spawner !== false && Spawner.usable() ? new Spawner((pid) => this.orphaned(pid)) : null;
+    this.spawner =
+      o.spawner !== false && Spawner.usable()
+        ? new Spawner(
+            (pid) => this.orphaned(pid),
+            (why) => this.o.log?.({ err: why }, 'the VM spawner ended; its VMs run on, followed by their pids'),
+          )
+        : null;
   }
 
   /** A VM whose spawner ended: no one reports its end now, the poll sees it. */

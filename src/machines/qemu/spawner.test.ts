@@ -12,14 +12,20 @@ const usable = Spawner.usable();
 const skip = usable ? false : 'python3 (with posix_spawnp and pidfd_open) is not installed: the driver forks instead';
 
 /** A spawner whose `lost` pids are collected, and a scratch dir; both go after `fn`. */
-async function withSpawner(fn: (s: Spawner, dir: string, lost: number[]) => Promise<void>): Promise<void> {
+async function withSpawner(
+  fn: (s: Spawner, dir: string, lost: number[], ends: string[]) => Promise<void>,
+): Promise<void> {
   const lost: number[] = [];
-  const s = new Spawner((pid) => lost.push(pid));
+  const ends: string[] = [];
+  const s = new Spawner(
+    (pid) => lost.push(pid),
+    (why) => ends.push(why),
+  );
   const dir = mkdtempSync(join(tmpdir(), 'unihost-spawner-'));
   // an idle helper does not keep a process alive (as the driver's unref'd children do not): the test does
   const keep = setInterval(() => undefined, 1000);
   try {
-    await fn(s, dir, lost);
+    await fn(s, dir, lost, ends);
   } finally {
     clearInterval(keep);
     s.close();
@@ -94,12 +100,13 @@ test(
   'when the helper ends, its children live on and are reported lost; the next start runs a new helper',
   { skip },
   () =>
-    withSpawner(async (s, dir, lost) => {
+    withSpawner(async (s, dir, lost, ends) => {
       const pid = await s.start(['sleep', '60'], { stderr: join(dir, 'e') }, () => assert.fail('no end is reported'));
       const helper = s.helperPid!;
       process.kill(helper, 'SIGKILL');
       for (let i = 0; i < 200 && lost.length === 0; i++) await sleep(10);
       assert.deepEqual(lost, [pid]);
+      assert.deepEqual(ends, ['the VM spawner ended (SIGKILL)'], 'the reason, once');
       assert.ok(alive(pid), 'the child outlives its spawner');
       process.kill(pid, 'SIGKILL');
       const e = ended();
@@ -110,18 +117,24 @@ test(
 );
 
 test('a closed spawner refuses to start; its helper ends', { skip }, async () => {
-  const s = new Spawner(() => undefined);
+  const ends: string[] = [];
+  const s = new Spawner(
+    () => undefined,
+    (why) => ends.push(why),
+  );
   const dir = mkdtempSync(join(tmpdir(), 'unihost-spawner-'));
   try {
     await s.start(['true'], { stderr: join(dir, 'e') }, () => undefined);
     const helper = s.helperPid!;
-    s.close();
+    s.close(); // a closed helper's end is not reported as one that ended by itself
     await assert.rejects(
       s.start(['true'], { stderr: join(dir, 'e') }, () => undefined),
       /closed/,
     );
     for (let i = 0; i < 200 && alive(helper); i++) await sleep(10);
     assert.equal(alive(helper), false);
+    await sleep(50);
+    assert.deepEqual(ends, [], 'a helper ended by close is not reported');
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -19,6 +19,7 @@ import { fileURLToPath } from 'node:url';
 
 export const SPAWNER_SCRIPT = fileURLToPath(new URL('../../../libexec/unihost-spawner.py', import.meta.url));
 const PYTHON = '/usr/bin/python3';
+let usable: boolean | undefined;
 
 export interface ChildEnd {
   code: number | null;
@@ -39,14 +40,19 @@ export class Spawner {
 
   /**
    * @param lost called with the pid of each child still running when the helper ended
+   * @param ended called once per helper that ended by itself (not by `close`), with the reason
    */
-  constructor(private readonly lost: (pid: number) => void) {}
+  constructor(
+    private readonly lost: (pid: number) => void,
+    private readonly ended?: (why: string) => void,
+  ) {}
 
-  /** Whether this host has what the helper needs (python3 3.9+ with posix_spawn and pidfd_open). */
+  /** Whether this host has what the helper needs (python3 3.9+ with posix_spawnp and pidfd_open); checked once. */
   static usable(): boolean {
-    if (!existsSync(PYTHON) || !existsSync(SPAWNER_SCRIPT)) return false;
-    const r = spawnSync(PYTHON, ['-c', 'import os; os.posix_spawnp; os.pidfd_open'], { stdio: 'ignore' });
-    return r.status === 0;
+    return (usable ??=
+      existsSync(PYTHON) &&
+      existsSync(SPAWNER_SCRIPT) &&
+      spawnSync(PYTHON, ['-c', 'import os; os.posix_spawnp; os.pidfd_open'], { stdio: 'ignore' }).status === 0);
   }
 
   /**
@@ -95,6 +101,7 @@ export class Spawner {
       if (this.proc !== p) return;
       this.proc = null;
       const e = new Error(`the VM spawner ended (${why})${stderr ? `: ${stderr.trim()}` : ''}`);
+      if (!this.closed) this.ended?.(e.message);
       for (const s of this.starting.values()) s.reject(e);
       this.starting.clear();
       const pids = [...this.children.keys()];
