@@ -110,8 +110,7 @@ export async function readImage(layout: ImageLayout, digest: string): Promise<Im
   const hit = infoCache.get(key);
   if (hit) return structuredClone(hit);
   const info = await readImageFiles(layout, digest);
-  if (infoCache.size >= INFO_CACHE_MAX) infoCache.delete(infoCache.keys().next().value!);
-  infoCache.set(key, info);
+  remember(infoCache, key, info);
   return structuredClone(info);
 }
 
@@ -119,8 +118,7 @@ export async function readImage(layout: ImageLayout, digest: string): Promise<Im
 async function kernelFormat(kernel: string): Promise<KernelFormat | null> {
   if (formatCache.has(kernel)) return formatCache.get(kernel)!;
   const f = await detectKernelFormat(kernel);
-  if (formatCache.size >= INFO_CACHE_MAX) formatCache.delete(formatCache.keys().next().value!);
-  formatCache.set(kernel, f);
+  remember(formatCache, kernel, f);
   return f;
 }
 const formatCache = new Map<string, KernelFormat | null>();
@@ -128,6 +126,12 @@ const formatCache = new Map<string, KernelFormat | null>();
 /** Parsed images by layout and digest, oldest first (two blob reads cost 3-8 ms of a boot here). */
 const infoCache = new Map<string, ImageInfo>();
 const INFO_CACHE_MAX = 512;
+
+/** Adds to a cache of at most INFO_CACHE_MAX entries, dropping the oldest. */
+function remember<V>(cache: Map<string, V>, key: string, value: V): void {
+  if (cache.size >= INFO_CACHE_MAX) cache.delete(cache.keys().next().value!);
+  cache.set(key, value);
+}
 
 async function readImageFiles(layout: ImageLayout, digest: string): Promise<ImageInfo> {
   const manifest = await layout.readJson<Manifest>(digest);

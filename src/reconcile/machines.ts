@@ -1,5 +1,6 @@
 import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { isUnihostError } from '../errors.js';
 import type { Controller, ControllerDeps } from './deps.js';
 import { HEALTHY_AFTER_MS } from '../domain/restart.js';
 import { ConsoleLog } from '../machines/console-log.js';
@@ -435,8 +436,7 @@ export class MachineController implements Controller {
     try {
       await this.s.store.tx((tx) => restartInTx(tx, this.s, inst.id));
     } catch (e) {
-      const code = (e as { code?: string }).code;
-      if (code === 'UH_CONFLICT' || code === 'UH_UNAVAILABLE') throw e;
+      if (isUnihostError(e) && (e.code === 'UH_CONFLICT' || e.code === 'UH_UNAVAILABLE')) throw e;
       this.note(inst.id, `restart by policy failed: ${(e as Error).message}`);
       // the sequence ends: stopped for good until someone starts it
       await this.s.store.tx((tx) => tx.instances.updateStatus(inst.id, { restart_next_at: null }));
