@@ -20,7 +20,7 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { parseArgs, promisify } from 'node:util';
 import { Agent, request } from 'undici';
-import { JEMALLOC } from '../src/cli/admin/service.js';
+import { JEMALLOC, JEMALLOC_CONF } from '../src/cli/admin/service.js';
 import { startDockerRegistry } from '../test/helpers/docker-registry.js';
 
 const { values } = parseArgs({
@@ -183,7 +183,8 @@ if (values.malloc === 'jemalloc' && !existsSync(JEMALLOC))
   throw new Error(`--malloc jemalloc: no ${JEMALLOC} (apt-get install libjemalloc2), or --malloc glibc`);
 const child = fork(new URL('./servers/registry.mjs', import.meta.url).pathname, [], {
   stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  env: values.malloc === 'jemalloc' ? { ...process.env, LD_PRELOAD: JEMALLOC } : process.env,
+  env:
+    values.malloc === 'jemalloc' ? { ...process.env, LD_PRELOAD: JEMALLOC, MALLOC_CONF: JEMALLOC_CONF } : process.env,
 });
 const ready = await new Promise<{ url: string; token: string }>((resolve, reject) => {
   child.once('message', (m) => resolve(m as { url: string; token: string }));

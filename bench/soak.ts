@@ -38,7 +38,7 @@ import { runFileInNewNetns } from '../test/helpers/netns.js';
 import { guestOut, instanceQemus, ROOT, warmQemus } from '../test/helpers/vm.js';
 import { apiCaller } from './boot-unikraft.js';
 import { freePort } from '../src/gateway/haproxy/process.js';
-import { JEMALLOC } from '../src/cli/admin/service.js';
+import { JEMALLOC, JEMALLOC_CONF } from '../src/cli/admin/service.js';
 
 const { values } = parseArgs({
   options: {
@@ -203,7 +203,8 @@ async function inner(): Promise<number> {
   if (values.malloc === 'jemalloc' && !existsSync(JEMALLOC))
     throw new Error(`--malloc jemalloc: no ${JEMALLOC} (apt-get install libjemalloc2), or --malloc glibc`);
   /** given to the daemon only (not to the CLI calls that set it up) */
-  const daemonEnv: Record<string, string> = values.malloc === 'jemalloc' ? { LD_PRELOAD: JEMALLOC } : {};
+  const daemonEnv: Record<string, string> =
+    values.malloc === 'jemalloc' ? { LD_PRELOAD: JEMALLOC, MALLOC_CONF: JEMALLOC_CONF } : {};
   Object.assign(
     daemonEnv,
     Object.fromEntries(

@@ -53,7 +53,8 @@ else
   # jemalloc is the daemon's allocator (its own; QEMU and HAProxy get glibc's): docs/operations.md, "Memory"
   JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
   PRELOAD=""; [ -f "$JEMALLOC" ] && PRELOAD="$JEMALLOC"
-  LD_PRELOAD="$PRELOAD" setsid nohup node bin/unihost.js serve --listen "$LISTEN" --log-file "$DATA/logs/unihost.log" \
+  # its options: src/cli/admin/service.ts, JEMALLOC_CONF
+  LD_PRELOAD="$PRELOAD" MALLOC_CONF=lg_extent_max_active_fit:10 setsid nohup node bin/unihost.js serve --listen "$LISTEN" --log-file "$DATA/logs/unihost.log" \
     >>"$DATA/unihost.out" 2>&1 </dev/null &
   echo $! >"$DATA/unihost.pid"
   for _ in $(seq 1 100); do alive && break; sleep 0.2; done

@@ -91,14 +91,16 @@ export function registerServe(program: Command): void {
       // systemd unit do; docs/operations.md, "Memory") is the daemon's own: QEMU, HAProxy and the
       // tools it runs get the system's, so that their memory stays theirs and is measured as such.
       const preload = process.env.LD_PRELOAD;
+      const mallocConf = process.env.MALLOC_CONF;
       delete process.env.LD_PRELOAD;
+      delete process.env.MALLOC_CONF;
       // loaded here, not at the top: client commands start faster without the daemon's modules
       const { startDaemon } = await import('../daemon.js');
       const { defaultControllers } = await import('../controllers.js');
       // a misspelt driver name stops the start before anything is created in the data dir
       (await import('../drivers.js')).checkDriverNames(config);
       const d = await startDaemon(config, { controllers: defaultControllers });
-      d.logger.info({ preload: preload ?? null }, `memory allocator: ${allocator()}`);
+      d.logger.info({ preload: preload ?? null, malloc_conf: mallocConf ?? null }, `memory allocator: ${allocator()}`);
       let closing = false;
       const shutdown = (sig: string) => {
         if (closing) return;

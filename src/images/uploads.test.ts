@@ -20,7 +20,8 @@ function body(n: number, from = 0): Buffer[] {
 test('a large upload in two chunks: every byte lands, hashed as it arrives', async () => {
   const uploads = await new Uploads(await new ImageLayout(dir).init()).init();
   const up = await uploads.create('alice/app', 'alice', new Date());
-  // 40 MiB each, in 1 MiB batches with one write in flight while the next fills
+  // 40 MiB each, in 1 MiB batches with one write in flight while the next fills, and a background
+  // fdatasync every 16 MiB
   const first = body(40);
   const second = body(40, first.length);
   assert.equal(await uploads.append(up.id, Readable.from(first), Infinity), 40 * MiB);

@@ -18,6 +18,12 @@ export interface UploadMeta {
 
 /** Bytes gathered from an upload's body before one write to its file. */
 const WRITE_BATCH = 1024 * 1024;
+/**
+ * Bytes written between two background `fdatasync`s of a long append: the
+ * kernel writes the upload out while the rest arrives, so the fsync before
+ * the blob is acknowledged (`flush`) finds little left to write.
+ */
+const SYNC_EVERY = 16 * 1024 * 1024;
 
 /** Why an append stopped early. */
 export class UploadLimit extends Error {
@@ -115,13 +121,24 @@ export class Uploads {
       let batch: Buffer[] = [];
       let batched = 0;
       let inFlight: Promise<unknown> = Promise.resolve();
+      let unsynced = 0;
+      let syncing: Promise<void> | undefined;
       const flush = async (): Promise<void> => {
         await inFlight;
         if (batch.length === 0) return;
         const out = batch;
+        unsynced += batched;
         batch = [];
         batched = 0;
         inFlight = fh.writev(out);
+        if (unsynced >= SYNC_EVERY && !syncing) {
+          unsynced = 0;
+          // one at a time, never awaited here: only an early write-out (a failure shows in `flush`)
+          syncing = inFlight
+            .then(() => fh.datasync())
+            .catch(() => undefined)
+            .finally(() => (syncing = undefined));
+        }
       };
       try {
         for (;;) {
@@ -144,6 +161,7 @@ export class Uploads {
       } finally {
         await flush();
         await inFlight;
+        await syncing;
       }
       if (h) this.hashes.set(id, h);
       else this.hashes.delete(id);

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
 import { runCli } from '../helpers/cli.js';
-import { JEMALLOC } from '../../src/cli/admin/service.js';
+import { JEMALLOC, JEMALLOC_CONF } from '../../src/cli/admin/service.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'uh-unit-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -40,8 +40,10 @@ test('admin install-service writes the systemd unit: this checkout, the data dir
   ])
     assert.ok(unit.split('\n').includes(line), line);
   // the daemon's allocator, where the host has it (docs/operations.md, "Memory")
-  if (existsSync(JEMALLOC)) assert.ok(unit.split('\n').includes(`Environment=LD_PRELOAD=${JEMALLOC}`), unit);
-  else assert.doesNotMatch(unit, /LD_PRELOAD/);
+  if (existsSync(JEMALLOC)) {
+    assert.ok(unit.split('\n').includes(`Environment=LD_PRELOAD=${JEMALLOC}`), unit);
+    assert.ok(unit.split('\n').includes(`Environment=MALLOC_CONF=${JEMALLOC_CONF}`), unit);
+  } else assert.doesNotMatch(unit, /LD_PRELOAD/);
   // what the daemon needs must not be taken away: cgroups and KSM's sysfs stay writable
   assert.doesNotMatch(unit, /ProtectControlGroups|ProtectKernelTunables/);
   // systemd's own check, where systemd is installed: no unknown key, no bad setting

@@ -20,7 +20,7 @@ import { alive, guestOut, killLeaks, poll, qemuProcs, ROOT } from '../helpers/vm
 import { QmpClient } from '../../src/machines/qemu/qmp.js';
 import { freePort } from '../../src/gateway/haproxy/process.js';
 import { runtimeFiles } from '../../src/machines/qemu/argv.js';
-import { JEMALLOC } from '../../src/cli/admin/service.js';
+import { JEMALLOC, JEMALLOC_CONF } from '../../src/cli/admin/service.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -63,7 +63,7 @@ async function startDaemon(): Promise<ChildProcess> {
     // with the allocator the daemon is started with in production (scripts/up.sh, the systemd unit)
     {
       cwd: ROOT,
-      env: { ...env, ...(existsSync(JEMALLOC) ? { LD_PRELOAD: JEMALLOC } : {}) },
+      env: { ...env, ...(existsSync(JEMALLOC) ? { LD_PRELOAD: JEMALLOC, MALLOC_CONF: JEMALLOC_CONF } : {}) },
       stdio: ['ignore', out, out],
     },
   );
@@ -163,7 +163,7 @@ test('kill -9 of the daemon: VMs keep running; the next daemon adopts them', asy
     assert.match(readFileSync(join(dir, 'daemon.log'), 'utf8'), /memory allocator: jemalloc/);
     const qemuEnv = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
     assert.ok(qemuEnv.length > 1, 'the environment of the QEMU is read');
-    assert.ok(!qemuEnv.some((v) => v.startsWith('LD_PRELOAD=')), qemuEnv.join(' '));
+    assert.ok(!qemuEnv.some((v) => /^(LD_PRELOAD|MALLOC_CONF)=/.test(v)), qemuEnv.join(' '));
     assert.doesNotMatch(readFileSync(`/proc/${pid}/maps`, 'utf8'), /jemalloc/);
   } else console.log(`# no ${JEMALLOC} (Debian's libjemalloc2): the daemon's allocator is not checked`);
 

@@ -17,6 +17,13 @@ export interface UnitOptions {
 
 /** Debian's libjemalloc2: the daemon's allocator where it is installed (docs/operations.md, "Memory"). */
 export const JEMALLOC = '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2';
+/**
+ * jemalloc's options for the daemon (`MALLOC_CONF`, beside the preload; scripts/up.sh repeats
+ * them). Reuse freed memory up to 1024 times larger than a request: with the default (64 times),
+ * the 64 KiB copies of a request body that V8 frees in bulk coalesce into extents too large to be
+ * reused, and every chunk of a large upload faulted in fresh pages (docs/operations.md, "Memory").
+ */
+export const JEMALLOC_CONF = 'lg_extent_max_active_fit:10';
 
 const quote = (s: string): string => (/^[\w@%+=:,./-]+$/.test(s) ? s : `"${s.replace(/(["\\$`])/g, '\\$1')}"`);
 
@@ -44,6 +51,7 @@ ${
     ? `# the daemon's allocator (its own: QEMU and HAProxy get the system's); glibc's malloc fragments
 # under the daemon's load and its RSS creeps up (docs/operations.md, "Memory")
 Environment=LD_PRELOAD=${quote(o.preload)}
+Environment=MALLOC_CONF=${JEMALLOC_CONF}
 `
     : ''
 }Restart=on-failure
