@@ -9,7 +9,8 @@
  *
  * Both servers run in child processes, the load (undici) in this one. Each
  * phase of a round runs on the two back to back (who goes first alternates),
- * the large pull three times each in turns (median), read by curl; every round sends new
+ * the large push and pull three times each in turns (median; one timing of
+ * each moved by ±25 % with the disk), the pull read by curl; every push sends new
  * content (no deduplication); `sync` runs before each timed operation.
  * unihost answers with HTTP Basic auth on (its API token), docker-registry
  * with none. Figures: MiB/s for the large blob, operations/s for the small
@@ -144,17 +145,21 @@ async function paired(
 /**
  * One round: each phase runs on both servers back to back (who goes first
  * alternates by round), so a disturbance on the machine falls on both; the
- * pulls, which take a fraction of a second, are each taken three times.
+ * large push and pull, which take a second or less, are each taken three
+ * times.
  */
 async function round(targets: [Target, Target], r: number): Promise<[Figures, Figures]> {
   const first = (r % 2) as 0 | 1;
   const stamps = targets.map((t) => `${t.name}-${r}-${Date.now()}`);
-  const big = stamps.map((s) => digestOf(s, MB));
-  const push = await paired(targets, first, 1, (t) =>
-    upload(t, 'bench/big', chunks(stamps[targets.indexOf(t)]!, MB), big[targets.indexOf(t)]!, MB * CHUNK),
-  );
-  const pull = await paired(targets, first, 3, async (t) => {
-    const got = await curlDownload(t, 'bench/big', big[targets.indexOf(t)]!);
+  // three large pushes each, of different content, precomputed digests
+  const bigStamps = stamps.map((s) => [0, 1, 2].map((i) => `${s}-${i}`));
+  const big = bigStamps.map((ss) => ss.map((s) => digestOf(s, MB)));
+  const push = await paired(targets, first, 3, (t, i) => {
+    const k = targets.indexOf(t);
+    return upload(t, 'bench/big', chunks(bigStamps[k]![i]!, MB), big[k]![i]!, MB * CHUNK);
+  });
+  const pull = await paired(targets, first, 3, async (t, i) => {
+    const got = await curlDownload(t, 'bench/big', big[targets.indexOf(t)]![i]!);
     if (got !== MB * CHUNK) throw new Error(`${t.name}: pulled ${got} bytes`);
   });
   const small = stamps.map((s) =>
