@@ -4,20 +4,22 @@
  * through the posix_spawn helper (the default where python3 is) and by
  * forking the daemon (the fallback). Both must report the same events and
  * the VMM's exit status: helloworld halts (QEMU's isa-debug-exit: 83),
- * crash-abort crashes (85). Also: a VM whose spawner is killed is still seen
- * to end (by polling its pid, as an adopted VM is).
+ * crash-abort crashes (85). The same for a warm VM (QEMU started in advance
+ * for restores, src/machines/qemu/warm.ts): it waits, and its end is seen.
+ * Also: a VM whose spawner is killed is still seen to end (by polling its
+ * pid, as an adopted VM is).
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { DEFAULTS } from '../../src/config.js';
-import type { MachineEvent } from '../../src/machines/driver.js';
+import type { MachineEvent, WarmShape } from '../../src/machines/driver.js';
 import { QemuDriver } from '../../src/machines/qemu/driver.js';
 import { Spawner } from '../../src/machines/qemu/spawner.js';
-import { poll, unikraftDir } from '../helpers/vm.js';
+import { poll, unikraftDir, warmQemus } from '../helpers/vm.js';
 
 const UK = unikraftDir();
 const root = process.getuid?.() === 0;
@@ -27,7 +29,7 @@ describe('the QEMU driver spawns through the helper and by forking alike', { ski
   const dir = mkdtempSync(join(tmpdir(), 'uh-spawnpaths-'));
   const events = new Map<string, MachineEvent[]>();
   const drivers: QemuDriver[] = [];
-  const make = (spawner: boolean) => {
+  const make = (spawner: boolean, warmDir?: string) => {
     const d = new QemuDriver(
       {
         qemu: DEFAULTS.machines.qemu,
@@ -36,6 +38,7 @@ describe('the QEMU driver spawns through the helper and by forking alike', { ski
         tscKhz: 0,
         logDir: (i) => join(dir, 'logs', i),
         spawner,
+        ...(warmDir ? { warm: { dir: warmDir, max: 1 } } : {}),
       },
       (id, ev) => events.set(id, [...(events.get(id) ?? []), ev]),
     );
@@ -88,6 +91,40 @@ describe('the QEMU driver spawns through the helper and by forking alike', { ski
             'the end of a Unikraft banner is one `ready` (init and ready at once)',
           );
         }
+      },
+    );
+  }
+
+  for (const spawner of [true, false]) {
+    const how = spawner ? 'the posix_spawn helper' : 'a fork of the daemon';
+    test(
+      `a warm VM started through ${how} waits for a restore, and its end is seen`,
+      { skip: spawner && !Spawner.usable() && 'python3 is not installed' },
+      async () => {
+        const base = join(dir, `warm-${spawner}`);
+        const d = make(spawner, join(base, 'warm'));
+        const shape: WarmShape = {
+          kernel: join(UK!, 'c-http_qemu-x86_64'),
+          memoryMb: 16,
+          machine: 'pc',
+          firmware: 'seabios',
+          contract: 'unikraft',
+        };
+        const pool = (d as unknown as { pool: { want(s: WarmShape): void; vms: Map<string, unknown> } }).pool;
+        pool.want(shape);
+        let reserved: { id: string } | undefined;
+        await poll('a warm VM is ready', async () => (reserved = await d.reserveWarm(shape)), 60_000, 20);
+        d.releaseWarm(reserved!.id);
+        const qemus = warmQemus(base);
+        assert.equal(qemus.length, 1, 'one warm QEMU waits');
+        const pid = qemus[0]!.pid;
+        // started by the helper (its child), or by the daemon's fork (this process's child)
+        const parent = Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+        const helper = (d as unknown as { spawner: Spawner | null }).spawner?.helperPid;
+        assert.equal(parent, spawner ? helper : process.pid);
+        process.kill(pid, 'SIGKILL');
+        await poll('the pool sees its warm VM end', () => pool.vms.size === 0, 30_000, 20);
+        assert.equal(await d.reserveWarm(shape), undefined, 'an ended warm VM is not reserved');
       },
     );
   }

@@ -103,6 +103,13 @@ export class QemuDriver implements MachineDriver {
     private readonly o: QemuDriverOptions,
     private readonly onEvent: (id: string, ev: MachineEvent) => void,
   ) {
+    this.spawner =
+      o.spawner !== false && Spawner.usable()
+        ? new Spawner(
+            (pid) => this.orphaned(pid),
+            (why) => this.o.log?.({ err: why }, 'the VM spawner ended; its VMs run on, followed by their pids'),
+          )
+        : null;
     this.pool =
       o.warm && o.warm.max > 0 && o.confine !== false
         ? new WarmPool({
@@ -111,14 +118,8 @@ export class QemuDriver implements MachineDriver {
             max: o.warm.max,
             idleMs: o.warm.idleMs ?? 10 * 60_000,
             takenUids: () => this.liveUids(),
+            spawner: this.spawner,
           })
-        : null;
-    this.spawner =
-      o.spawner !== false && Spawner.usable()
-        ? new Spawner(
-            (pid) => this.orphaned(pid),
-            (why) => this.o.log?.({ err: why }, 'the VM spawner ended; its VMs run on, followed by their pids'),
-          )
         : null;
   }
 

@@ -21,6 +21,7 @@ import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 import { confinedCommand, jailArgv, jailRoot, makeCgroups, removeCgroups, vmUid } from './jail.js';
 import { alive, killGroup, killVm, rootOf } from './procs.js';
 import { QmpClient } from './qmp.js';
+import type { Spawner } from './spawner.js';
 
 const execFileP = promisify(execFile);
 
@@ -81,6 +82,12 @@ export interface WarmPoolOptions extends QemuOptions {
   idleMs: number;
   /** uids of the driver's live VMs (a warm VM takes none of them) */
   takenUids(): Set<number>;
+  /**
+   * the driver's posix_spawn helper (spawner.ts), or null: the daemon forks. A warm VM is started
+   * when a restore's guest runs, while its wake waits for readiness: a fork would stop the daemon's
+   * event loop for 8-18 ms then (twice: `mknod`, then QEMU)
+   */
+  spawner?: Spawner | null;
   log?: (obj: object, msg: string) => void;
 }
 
@@ -236,7 +243,7 @@ export class WarmPool {
       mkdirSync(join(jail, 'dev', 'net'), { recursive: true });
       mkdirSync(join(jail, 'in'), { recursive: true, mode: 0o700 });
       const tun = join(jail, 'dev', 'net', 'tun');
-      await execFileP('mknod', ['-m', '600', tun, 'c', '10', '200']);
+      await this.run(['mknod', '-m', '600', tun, 'c', '10', '200']);
       chownSync(tun, uid, uid);
       // QEMU, once it is its uid, passes through them (the daemon's umask may have closed them)
       for (const d of [jail, join(jail, 'dev'), join(jail, 'dev', 'net')]) chmodSync(d, 0o711);
@@ -256,18 +263,10 @@ export class WarmPool {
         shape.memoryMb,
         makeCgroups(id, shape.memoryMb, this.o.log),
       );
-      const err = openSync(runtimeFiles(dir).stderr, 'w');
-      let child;
-      try {
-        child = spawn(cmd!, args, { detached: true, stdio: ['ignore', 'ignore', err] });
-      } finally {
-        closeSync(err);
-      }
-      const pid = await new Promise<number>((resolve, reject) => {
-        child.once('spawn', () => resolve(child.pid!));
-        child.once('error', reject);
-      });
-      child.unref();
+      // its end: reported before `vm` exists only if it ended at once
+      const ended: { vm?: WarmVm; early?: number | null } = {};
+      const onEnd = (code: number | null) => (ended.vm ? this.ended(ended.vm, code) : (ended.early = code));
+      const pid = await this.spawnQemu([cmd!, ...args], runtimeFiles(dir).stderr, onEnd);
       // its start (20-60 ms of CPU) yields to the VMs and the daemon: it is ahead of need
       setWarmPriority(pid, WARM_NICE);
       let settle!: () => void;
@@ -291,12 +290,8 @@ export class WarmPool {
       w = vm;
       this.vms.set(id, vm);
       placed();
-      child.once('exit', (code) => {
-        vm.exited = true;
-        vm.status = code;
-        if (vm.onExit) return vm.onExit(code);
-        this.forget(vm);
-      });
+      ended.vm = vm;
+      if (ended.early !== undefined) this.ended(vm, ended.early);
       vm.qmp = await QmpClient.connect(runtimeFiles(dir).qmp, 10_000);
       if (vm.exited) throw new Error(`QEMU ended: ${this.stderr(vm)}`);
       if (this.closed) throw new Error('the daemon stops');
@@ -310,6 +305,43 @@ export class WarmPool {
       if (w) await this.end(w, 'it failed to start');
       else this.clean(id, dir);
     }
+  }
+
+  /** A warm VM's QEMU ended (once taken, its instance's VM: `onExit`). */
+  private ended(vm: WarmVm, code: number | null): void {
+    vm.exited = true;
+    vm.status = code;
+    if (vm.onExit) return vm.onExit(code);
+    this.forget(vm);
+  }
+
+  /** Starts a warm VM's QEMU (stdin and stdout /dev/null, stderr `stderr`, a session of its own); resolves its pid. */
+  private async spawnQemu(argv: string[], stderr: string, onEnd: (code: number | null) => void): Promise<number> {
+    if (this.o.spawner) return this.o.spawner.start(argv, { stderr }, ({ code }) => onEnd(code));
+    const err = openSync(stderr, 'w');
+    let child;
+    try {
+      child = spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['ignore', 'ignore', err] });
+    } finally {
+      closeSync(err);
+    }
+    const pid = await new Promise<number>((resolve, reject) => {
+      child.once('spawn', () => resolve(child.pid!));
+      child.once('error', reject);
+    });
+    child.unref();
+    child.once('exit', (code) => onEnd(code));
+    return pid;
+  }
+
+  /** Runs a short command to its end (through the spawner when there is one); rejects unless it exits 0. */
+  private async run(argv: string[]): Promise<void> {
+    const spawner = this.o.spawner;
+    if (!spawner) return void (await execFileP(argv[0]!, argv.slice(1)));
+    const end = await new Promise<{ code: number | null; signal: string | null }>((resolve, reject) => {
+      spawner.start(argv, { stderr: '/dev/null' }, resolve).catch(reject);
+    });
+    if (end.code !== 0) throw new Error(`${argv.join(' ')} failed (${end.signal ?? `exit status ${end.code}`})`);
   }
 
   private stderr(w: WarmVm): string {
