@@ -115,6 +115,9 @@ const STARTING_WAIT_MS = 300;
  */
 const BURST_MS = 5 * 60_000;
 
+/** How long a short command of a warm VM's start (`mknod`) may take. */
+const RUN_TIMEOUT_MS = 10_000;
+
 /** A reservation not followed by a restore within this time ends the warm VM. */
 const RESERVED_MS = 60_000;
 
@@ -334,14 +337,26 @@ export class WarmPool {
     return pid;
   }
 
-  /** Runs a short command to its end (through the spawner when there is one); rejects unless it exits 0. */
+  /**
+   * Runs a short command to its end (through the spawner when there is one); rejects unless it
+   * exits 0, or after RUN_TIMEOUT_MS (a helper that died meanwhile never reports the end).
+   */
   private async run(argv: string[]): Promise<void> {
     const spawner = this.o.spawner;
-    if (!spawner) return void (await execFileP(argv[0]!, argv.slice(1)));
-    const end = await new Promise<{ code: number | null; signal: string | null }>((resolve, reject) => {
-      spawner.start(argv, { stderr: '/dev/null' }, resolve).catch(reject);
-    });
-    if (end.code !== 0) throw new Error(`${argv.join(' ')} failed (${end.signal ?? `exit status ${end.code}`})`);
+    if (!spawner) return void (await execFileP(argv[0]!, argv.slice(1), { timeout: RUN_TIMEOUT_MS }));
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const end = await new Promise<{ code: number | null; signal: string | null }>((resolve, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`${argv[0]} did not end within ${RUN_TIMEOUT_MS} ms`)),
+          RUN_TIMEOUT_MS,
+        );
+        spawner.start(argv, { stderr: '/dev/null' }, resolve).catch(reject);
+      });
+      if (end.code !== 0) throw new Error(`${argv.join(' ')} failed (${end.signal ?? `exit status ${end.code}`})`);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private stderr(w: WarmVm): string {
@@ -358,6 +373,8 @@ export class WarmPool {
     for (const [key, at] of this.missed) if (now - at >= BURST_MS) this.missed.delete(key);
     for (const w of this.vms.values()) {
       if (w.state === 'free' && now - w.since > this.o.idleMs) void this.end(w, 'unused');
+      // ended with no one to report it (its spawner had died): its place goes to a new one
+      else if (w.state === 'free' && !alive(w.pid)) void this.end(w, 'its QEMU ended');
       else if (w.state === 'reserved' && now - w.since > RESERVED_MS) void this.end(w, 'reserved and never used');
     }
   }
