@@ -78,7 +78,7 @@ export class HostLease implements Controller {
     const until = new Date(Date.now() + this.leaseMs).toISOString(); // the wall clock (src/domain/hosts.ts)
     let ok: boolean;
     try {
-      ok = await this.s.store.tx((tx) => tx.hosts.renew(this.hostId, this.epoch, until));
+      ok = await this.s.store.renewHostLease(this.hostId, this.epoch, until);
     } catch (e) {
       if (this.wasHeld && !this.held())
         this.hooks.log.warn({ err: e }, 'host lease ran out: the store does not answer');

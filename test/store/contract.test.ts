@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { openStore } from '../../src/store/open.js';
-import type { FeedEvent, InstanceRec, Store, Tx } from '../../src/store/types.js';
+import type { FeedEvent, HostRec, InstanceRec, Store, Tx } from '../../src/store/types.js';
 import { NEVER_RUN, fire, specDefaults } from '../../src/domain/instance-states.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
 import { requirePart } from '../helpers/require.js';
@@ -121,6 +121,38 @@ for (const kind of KINDS) {
           s.read((tx) => tx.users.insert(user('bob'))),
           /write outside a transaction/,
         );
+      } finally {
+        await s.close();
+      }
+    });
+
+    test('a host lease is renewed only under its epoch, outside any transaction', async () => {
+      const db = await kind.fresh();
+      const s = await db.open();
+      try {
+        const h: HostRec = {
+          id: 'h-1',
+          name: 'h1',
+          created_at: new Date(0).toISOString(),
+          address: null,
+          state: 'live',
+          epoch: 3,
+          holder: 'k',
+          lease_expires_at: '2026-01-01T00:00:00.000Z',
+          memory_mb: 1024,
+          vcpus: null,
+          net_slot: 1,
+          agent_port: null,
+          network: null,
+        };
+        await s.tx((tx) => tx.hosts.insert(h));
+        assert.equal(await s.renewHostLease('h-1', 3, '2026-01-01T00:00:10.000Z'), true);
+        assert.equal((await s.read((tx) => tx.hosts.get('h-1')))!.lease_expires_at, '2026-01-01T00:00:10.000Z');
+        // the host was declared dead meanwhile (a new epoch): the old holder's renewal moves nothing
+        await s.tx((tx) => tx.hosts.update('h-1', { epoch: 4, state: 'dead' }));
+        assert.equal(await s.renewHostLease('h-1', 3, '2026-01-01T00:00:20.000Z'), false);
+        assert.equal((await s.read((tx) => tx.hosts.get('h-1')))!.lease_expires_at, '2026-01-01T00:00:10.000Z');
+        assert.equal(await s.renewHostLease('no-such-host', 3, '2026-01-01T00:00:20.000Z'), false);
       } finally {
         await s.close();
       }

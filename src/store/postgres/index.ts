@@ -448,6 +448,22 @@ export class PostgresStore implements Store {
     }
   }
 
+  async renewHostLease(id: string, epoch: number, expiresAt: string): Promise<boolean> {
+    try {
+      // read committed, one row: a death declaration that bumped the epoch first leaves no row to update; one that
+      // read the old lease and writes the row after this conflicts at its write (serializable) and reads it again
+      const r = await this.pool.query('UPDATE hosts SET lease_expires_at=$1 WHERE id=$2 AND epoch=$3', [
+        expiresAt,
+        id,
+        epoch,
+      ]);
+      return (r.rowCount ?? 0) > 0;
+    } catch (e) {
+      if (isUnreachable(e)) throw unavailable(this.target, e);
+      throw e;
+    }
+  }
+
   async read<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
     try {
       // no transaction around reads (as SQLite's read connection): each statement sees the latest commit,

@@ -140,6 +140,11 @@ export class SqliteStore implements Store {
     return fn(this.rtx);
   }
 
+  renewHostLease(id: string, epoch: number, expiresAt: string): Promise<boolean> {
+    // transactions here are serial and never conflict
+    return this.tx((tx) => tx.hosts.renew(id, epoch, expiresAt));
+  }
+
   externalVersion(): number {
     this.checkExternal();
     return this.lastDataVersion;
