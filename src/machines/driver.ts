@@ -51,10 +51,20 @@ export interface MachineSpec {
   resumePaused?: boolean;
   /**
    * Restore into this VM started in advance (`MachineDriver.reserveWarm`)
-   * instead of starting one: `restore` and `nic` must be set, and the tap
-   * made for the uid the reservation named.
+   * instead of starting one: `restore` and `nic` must be set, and `nic.tap`
+   * must be the reservation's tap, renamed (its QEMU holds it open).
    */
   warm?: string;
+}
+
+/** A VM started in advance, reserved for a restore (`MachineDriver.reserveWarm`). */
+export interface WarmReservation {
+  id: string;
+  /**
+   * the tap its QEMU opened at its start (down, on no bridge): the network
+   * makes it the instance's tap (`NetworkDriver.attachTap`'s `from`)
+   */
+  tap: string;
 }
 
 /** What a VM started in advance must share with the snapshot it restores (all but the NIC and the command line). */
@@ -146,13 +156,13 @@ export interface MachineDriver {
   /**
    * A VM started in advance for a restore of this shape (docs/snapshots.md,
    * "Warm restores"), reserved for the next `start` that names it in
-   * `spec.warm`; `uid` is who opens the instance's tap. Undefined when none
+   * `spec.warm`, with its NIC plugged on a tap of its own. Undefined when none
    * is ready (one still starting is waited for, briefly): the restore starts
    * its own VMM.
    */
-  reserveWarm?(shape: WarmShape): Promise<{ id: string; uid: number } | undefined>;
-  /** Gives back a reservation whose `start` did not happen. */
-  releaseWarm?(id: string): void;
+  reserveWarm?(shape: WarmShape): Promise<WarmReservation | undefined>;
+  /** Gives back a reservation whose `start` did not happen; `broken`: it cannot serve (its tap is gone), it ends. */
+  releaseWarm?(id: string, broken?: boolean): void;
   /** Ends the VM at once (no clean shutdown). */
   kill(id: string): Promise<void>;
   /** Kills the VM if it runs and removes its runtime files. */

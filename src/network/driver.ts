@@ -44,8 +44,12 @@ export interface NetworkDriver {
    * `ensureTap` for a boot: resolves once the tap exists (frames from it are
    * dropped until the rules admit it), `admitted` when they do; a VM may
    * start on it in between. `admitted` rejecting means the VM must go.
+   * `from`: a tap device that becomes this one (renamed, attached, raised):
+   * the one a VM started in advance holds open (docs/snapshots.md, "Warm
+   * restores"); the instance's own device is replaced. Rejects, with the
+   * instance's tap left as it was, when `from` is not there.
    */
-  attachTap(spec: TapSpec): Promise<{ admitted: Promise<void> }>;
+  attachTap(spec: TapSpec, opts?: { from?: string }): Promise<{ admitted: Promise<void> }>;
   /** removes a tap and its rules; a tap already gone is fine */
   removeTap(tap: string): Promise<void>;
   /** joins this host's bridge to the other hosts' (null: a host alone, no VXLAN port); idempotent */

@@ -7,7 +7,7 @@ import { NftBatch } from './nft-batch.js';
 import type { NetworkDriver, Overlay } from './driver.js';
 import { waitForPort } from './probe.js';
 import { VM_UID_BASE, VM_UIDS } from '../machines/qemu/jail.js';
-import { renderDelete, renderRules, type TapSpec, checkTapSpec } from './rules.js';
+import { renderDelete, renderRules, type TapSpec, checkTapSpec, IFNAME } from './rules.js';
 import pLimit from 'p-limit';
 
 export type { TapSpec } from './rules.js';
@@ -267,32 +267,30 @@ export class HostNetwork implements NetworkDriver {
    * so a VM may start on it at once; its QEMU's own start covers the `nft`
    * run. `admitted` rejects if the tap could not be admitted: the VM must go.
    */
-  async attachTap(spec: TapSpec): Promise<{ admitted: Promise<void> }> {
+  async attachTap(spec: TapSpec, opts: { from?: string } = {}): Promise<{ admitted: Promise<void> }> {
     checkTapSpec(spec);
     this.checkPrefix(spec.tap);
+    const from = opts.from;
+    if (from !== undefined && !IFNAME.test(from)) throw new Error(`bad tap name '${from}'`);
     // Only the map and the device are made in the queue: the next boot's tap never waits for an `nft` run.
     const step = await this.perTap(spec.tap, async () => {
       const old = this.taps.get(spec.tap);
       const sameGuest = old?.guest?.ip === spec.guest?.ip && old?.guest?.mac === spec.guest?.mac;
-      // a tap a VM opens itself (`owner`) is made anew for it when its owner differs
-      const reown = spec.owner !== undefined && old?.owner !== spec.owner;
       const same = old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId && sameGuest;
-      if (same && !reown) return null;
-      // the device keeps its owner when a VM that does not need one boots on it
-      const rec = old?.owner !== undefined && spec.owner === undefined ? { ...spec, owner: old.owner } : spec;
-      this.taps.set(spec.tap, rec);
-      // The rules name taps, not devices: they are applied while the device is made.
+      if (same && from === undefined) return null;
+      this.taps.set(spec.tap, spec);
+      // The rules name taps, not devices: they are applied while the device is made (or renamed).
       const rules = this.applyRules();
       rules.catch(() => undefined); // awaited below, or superseded by the next update
       try {
-        if (!old) await this.addTapDevice(spec.tap, spec.owner);
-        else if (reown) await this.replaceTapDevice(spec.tap, spec.owner!);
+        if (from !== undefined) await this.takeTapDevice(spec.tap, from);
+        else if (!old) await this.addTapDevice(spec.tap);
         else await this.ensureTapDevices([spec.tap]);
       } catch (e) {
-        this.forget(rec, old);
+        this.forget(spec, old);
         throw e;
       }
-      return { old, rules, rec };
+      return { old, rules, rec: spec };
     });
     if (!step) return { admitted: Promise.resolve() };
     const admitted = (async () => {
@@ -326,48 +324,67 @@ export class HostNetwork implements NetworkDriver {
   }
 
   /** Creates, attaches and raises a tap in one `ip -batch`; one that exists already takes the slower path. */
-  private async addTapDevice(tap: string, owner?: number): Promise<void> {
+  private async addTapDevice(tap: string): Promise<void> {
     try {
       await this.ipLines([
-        `tuntap add dev ${tap} mode tap${owner === undefined ? '' : ` user ${owner}`}`,
+        `tuntap add dev ${tap} mode tap`,
         `link set dev ${tap} addrgenmode none`,
         `link set dev ${tap} master ${this.bridge} up`,
       ]);
     } catch (e) {
       if (!(e instanceof CommandError)) throw e;
-      // left over from a crash, or made by hand: attach what is there (made anew for an owner)
-      await (owner === undefined ? this.ensureTapDevices([tap]) : this.replaceTapDevice(tap, owner));
+      // left over from a crash, or made by hand: attach what is there
+      await this.ensureTapDevices([tap]);
     }
   }
 
   /**
-   * Makes the tap anew for `owner` (the owner of a tap cannot change), in one
-   * `ip -batch`. Deleting a device waits for the kernel (20-40 ms here), so
-   * the old one is set aside under another name and deleted afterwards, off
-   * the boot's path.
+   * Makes the device `from` (a tap a VM started in advance holds open, down
+   * and on no bridge: docs/snapshots.md, "Warm restores") the tap `tap`: it
+   * is renamed, attached and raised in one `ip -batch`. The instance's own
+   * device, kept since its last boot, is set aside under another name first
+   * and deleted afterwards, off the restore's path (deleting a device waits
+   * for the kernel: 20-40 ms here). Rejects when `from` is not there; the
+   * instance's tap then exists as before.
    */
-  private async replaceTapDevice(tap: string, owner: number): Promise<void> {
-    const make = [
-      `tuntap add dev ${tap} mode tap user ${owner}`,
+  private async takeTapDevice(tap: string, from: string): Promise<void> {
+    const take = [
+      `link set dev ${from} name ${tap}`,
       `link set dev ${tap} addrgenmode none`,
       `link set dev ${tap} master ${this.bridge} up`,
     ];
     // `uh` + 12 hex digits -> `uhx` + the same 12: still ours (a crash leaves it to `sync`), and 15 characters
     const aside = `${this.tapPrefix}x${tap.slice(this.tapPrefix.length)}`.slice(0, 15);
+    let setAside = false;
     try {
       await this.ipLines([
         `link set dev ${tap} down`,
         `link set dev ${tap} nomaster`,
         `link set dev ${tap} name ${aside}`,
-        ...make,
       ]);
+      setAside = true;
+    } catch (e) {
+      if (!(e instanceof CommandError)) throw e; // none yet (a first boot here), or the name taken (below)
+    }
+    try {
+      await this.ipLines(take);
     } catch (e) {
       if (!(e instanceof CommandError)) throw e;
-      // a name taken by an earlier one not yet deleted, or a device that is gone: the slow way
-      await this.ipLines([`link del dev ${tap}`, ...make]).catch(() => this.ipLines(make));
+      try {
+        // the device could not be set aside (an earlier one, being deleted, has that name): deleted now
+        await this.ipLines([`link del dev ${tap}`], 'remove').catch(() => undefined);
+        await this.ipLines(take);
+      } catch (e2) {
+        // `from` is gone: the instance keeps its own tap (back from aside), for a VM that is not the warm one
+        const back = [`link set dev ${aside} name ${tap}`, `link set dev ${tap} master ${this.bridge} up`];
+        await (setAside ? this.ipLines(back) : Promise.reject(e2))
+          .catch(() => this.ensureTapDevices([tap]))
+          .catch(() => undefined);
+        throw e2;
+      }
     }
     // not awaited; one left (a failure, a crash) is an unexpected tap the next `sync` deletes
-    this.deleteTapDevice(aside).catch(() => undefined);
+    if (setAside) this.deleteTapDevice(aside).catch(() => undefined);
   }
 
   /** Deletes the tap (if present) and its rules. A running QEMU on it loses its network. */

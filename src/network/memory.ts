@@ -46,7 +46,8 @@ export class MemoryNetwork implements NetworkDriver {
     this.taps.set(spec.tap, spec);
   }
 
-  async attachTap(spec: TapSpec): Promise<{ admitted: Promise<void> }> {
+  async attachTap(spec: TapSpec, opts: { from?: string } = {}): Promise<{ admitted: Promise<void> }> {
+    if (opts.from !== undefined && !/^[a-z0-9]{1,15}$/.test(opts.from)) throw new Error(`bad tap name '${opts.from}'`);
     await this.ensureTap(spec);
     return { admitted: Promise.resolve() };
   }

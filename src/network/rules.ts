@@ -38,12 +38,6 @@ export interface TapSpec {
    * included, sees only the instance's own address.
    */
   guest?: { ip: string; mac: string };
-  /**
-   * The uid that may open the tap itself: a confined VM started in advance
-   * that hot-adds its NIC (docs/snapshots.md, "Warm restores"). Unset: only
-   * root opens it (QEMU opens its tap before it drops to its own uid).
-   */
-  owner?: number;
 }
 
 /** What crosses the bridge's VXLAN port (docs/hosts.md): rendered into the bridge table. */
@@ -73,7 +67,7 @@ export interface RulesOptions {
   overlay?: OverlayRules;
 }
 
-const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
+export const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
 
@@ -86,8 +80,6 @@ function checkIpv4(ip: string): void {
 export function checkTapSpec(t: TapSpec): void {
   if (!IFNAME.test(t.tap)) throw new Error(`bad tap name '${t.tap}'`);
   if (!MAC.test(t.mac)) throw new Error(`bad MAC '${t.mac}' for tap ${t.tap}`);
-  if (t.owner !== undefined && (!Number.isInteger(t.owner) || t.owner <= 0 || t.owner >= 2 ** 32 - 1))
-    throw new Error(`bad owner uid ${t.owner} for tap ${t.tap}`);
   for (const [ip, mac] of [[t.ip, t.mac], ...(t.guest ? [[t.guest.ip, t.guest.mac]] : [])] as [string, string][]) {
     if (!MAC.test(mac)) throw new Error(`bad MAC '${mac}' for tap ${t.tap}`);
     const m = IPV4.exec(ip);

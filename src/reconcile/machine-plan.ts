@@ -9,6 +9,7 @@ import {
   type MachineRuntime,
   type MachineSpec,
   type Shutdown,
+  type WarmReservation,
   type WarmShape,
 } from '../machines/driver.js';
 import type { ControllerDeps } from './deps.js';
@@ -82,8 +83,8 @@ export async function bootPlan(
     chooser?: MachineChooser;
     /** a VM started in advance for a restore of this shape (MachineDriver.reserveWarm) */
     warm?: {
-      reserve(shape: WarmShape): Promise<{ id: string; uid: number } | undefined>;
-      release(id: string): void;
+      reserve(shape: WarmShape): Promise<WarmReservation | undefined>;
+      release(id: string, broken?: boolean): void;
     };
   },
   inst: InstanceRec,
@@ -98,9 +99,9 @@ export async function bootPlan(
   const from = (await restore?.(inst, dir, img.machine)) ?? null;
   const guest = from ? foreignGuest(inst, inst.snapshot?.guest) : undefined;
   const volumes = await s.store.read((tx) => tx.volumes.forInstance(inst.id));
-  // a restore with a NIC and no disks may take a VM started in advance, which opens its tap itself
+  // a restore with a NIC and no disks may take a VM started in advance, whose tap becomes the instance's
   const shape = warmShape({ ...img, memoryMb: inst.memory_mb });
-  const reserved = from && network && volumes.length === 0 ? await warm?.reserve(shape) : undefined;
+  let reserved = from && network && volumes.length === 0 ? await warm?.reserve(shape) : undefined;
   try {
     return await planWithNic();
   } catch (e) {
@@ -108,8 +109,20 @@ export async function bootPlan(
     throw e;
   }
 
+  async function attachNic(hooks: NetworkHooks) {
+    if (!reserved) return hooks.attach(inst, guest);
+    try {
+      return await hooks.attach(inst, guest, reserved.tap);
+    } catch {
+      // its tap is gone (the VM ended): the restore starts a VMM of its own on the instance's tap
+      warm?.release(reserved.id, true);
+      reserved = undefined;
+      return hooks.attach(inst, guest);
+    }
+  }
+
   async function planWithNic(): Promise<BootPlan> {
-    const nic = network ? await network.attach(inst, guest, reserved?.uid) : undefined;
+    const nic = network ? await attachNic(network) : undefined;
     const netUs = nic ? Math.max(0, Math.round((now() - t0) * 1000)) : null;
     const spec: MachineSpec = {
       id: inst.id,

@@ -116,7 +116,7 @@ export class MachineController implements Controller {
     const d = this.driver;
     this.warm =
       d.reserveWarm && d.releaseWarm
-        ? { reserve: (shape) => d.reserveWarm!(shape), release: (id) => d.releaseWarm!(id) }
+        ? { reserve: (shape) => d.reserveWarm!(shape), release: (id, broken) => d.releaseWarm!(id, broken) }
         : undefined;
   }
 

@@ -18,13 +18,14 @@ export interface NetworkHooks {
    * guest's) and the `netdev.ip` value. `guest`: the address a restored guest
    * keeps (a clone of a template), translated to the instance's on the tap.
    * It returns once the tap exists; `admitted` settles when the rules admit
-   * it (the VM may start in between: NetworkDriver.attachTap). `owner`: the
-   * uid of a VM that opens the tap itself (a warm VM: MachineDriver.reserveWarm).
+   * it (the VM may start in between: NetworkDriver.attachTap). `from`: the
+   * tap a VM started in advance holds open, which becomes the instance's (a
+   * warm VM: MachineDriver.reserveWarm).
    */
   attach(
     inst: InstanceRec,
     guest?: GuestAddress,
-    owner?: number,
+    from?: string,
   ): Promise<{ tap: string; mac: string; netdevIp: string; admitted: Promise<void> }>;
   /** Removes the instance's tap once its VM is gone. */
   detach(instanceId: string): Promise<void>;
@@ -209,10 +210,10 @@ export class NetworkController implements Controller, NetworkHooks {
   async attach(
     inst: InstanceRec,
     guest?: GuestAddress,
-    owner?: number,
+    from?: string,
   ): Promise<{ tap: string; mac: string; netdevIp: string; admitted: Promise<void> }> {
-    const spec = { ...this.spec(inst, guest), ...(owner === undefined ? {} : { owner }) };
-    const { admitted } = await this.host.attachTap(spec);
+    const spec = this.spec(inst, guest);
+    const { admitted } = await this.host.attachTap(spec, from === undefined ? {} : { from });
     return { tap: spec.tap, mac: spec.guest?.mac ?? spec.mac, netdevIp: this.host.netdevIp(spec.ip), admitted };
   }
 

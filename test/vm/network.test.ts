@@ -16,6 +16,7 @@ const canRun = process.getuid?.() === 0 && hasCommand('ip') && hasCommand('nft')
 const ns = `uhtest-${randomBytes(4).toString('hex')}`;
 const sh = (...argv: string[]): string => execFileSync('ip', ['netns', 'exec', ns, ...argv], { encoding: 'utf8' });
 interface Link {
+  ifindex: number;
   ifname: string;
   master?: string;
   flags: string[];
@@ -97,38 +98,48 @@ describe(
       assert.equal(link(a2.tap), undefined);
     });
 
-    test('a tap for a VM that opens it itself (owner): made for that uid, made anew for another, on the bridge and up', async () => {
+    test('a tap taken from a VM started in advance (from): renamed, on the bridge and up; the old one deleted after', async () => {
       const net = new HostNetwork(opts);
       await net.setup();
-      const owner = (tap: string): string | undefined =>
-        /user (\d+)/.exec(
-          sh('ip', 'tuntap', 'show')
-            .split('\n')
-            .find((l) => l.startsWith(`${tap}:`)) ?? '',
-        )?.[1];
+      const index = (tap: string) =>
+        (JSON.parse(sh('ip', '-j', 'link', 'show', 'dev', tap)) as { ifindex: number }[])[0]!.ifindex;
       const up = (tap: string) => {
         const l = link(tap)!;
         assert.equal(l.master, 'uhbr0');
         assert.ok(l.flags.includes('UP'));
       };
+      // as a warm VM's: made down, on no bridge
+      for (const w of ['uwtest0001', 'uwtest0002']) sh('ip', 'tuntap', 'add', 'dev', w, 'mode', 'tap');
+      const first = index('uwtest0001');
       const c = spec('carol', '10.77.0.5');
-      await net.ensureTap({ ...c, owner: 1073742001 });
-      assert.equal(owner(c.tap), '1073742001');
-      up(c.tap);
-      // a cold boot on it (no owner) changes nothing; another warm VM gets it made anew for its uid
+      // the instance's first boot here: no tap of its own yet
       await net.ensureTap(c);
-      assert.equal(owner(c.tap), '1073742001');
-      await net.ensureTap({ ...c, owner: 1073742002 });
-      assert.equal(owner(c.tap), '1073742002');
+      const own = index(c.tap);
+      await (
+        await net.attachTap(c, { from: 'uwtest0001' })
+      ).admitted;
+      assert.notEqual(index(c.tap), own, 'the warm tap replaced the one the instance had');
       up(c.tap);
-      // the old device was set aside under another name and is deleted after (not on the boot's path)
+      assert.equal(link('uwtest0001'), undefined);
+      assert.equal(index(c.tap), first);
+      // a later restore into another warm VM: that one's tap replaces it, the old device goes off the path
+      const second = index('uwtest0002');
+      await (
+        await net.attachTap(c, { from: 'uwtest0002' })
+      ).admitted;
+      assert.equal(index(c.tap), second);
+      up(c.tap);
       await poll(
         'the set-aside tap is deleted',
-        async () => !links().some((l) => l.ifname.startsWith('uhx')),
+        async () => !links().some((l) => l.ifname.startsWith('uhx') || l.ifindex === first),
         10_000,
         50,
       );
-      await assert.rejects(net.ensureTap({ ...c, owner: -1 }), /bad owner uid/);
+      // a warm tap that is gone: refused, and the instance's tap stays as it was
+      await assert.rejects(net.attachTap(c, { from: 'uwtest0003' }), /is gone|Cannot find device|does not exist/);
+      assert.equal(index(c.tap), second);
+      up(c.tap);
+      await assert.rejects(net.attachTap(c, { from: 'bad name' }), /bad tap name/);
       await net.removeTap(c.tap);
     });
 

@@ -18,7 +18,15 @@ import { dirname, join } from 'node:path';
 import pLimit from 'p-limit';
 import type { MachineChooser } from '../../images/boot-files.js';
 import { ConsoleLog } from '../console-log.js';
-import type { ControlState, MachineDriver, MachineEvent, MachineRuntime, MachineSpec, WarmShape } from '../driver.js';
+import type {
+  ControlState,
+  MachineDriver,
+  MachineEvent,
+  MachineRuntime,
+  MachineSpec,
+  WarmReservation,
+  WarmShape,
+} from '../driver.js';
 import { processStats } from '../stats.js';
 import { emptyControl } from '../stop-info.js';
 import { handoverOffset } from '../unikraft.js';
@@ -135,12 +143,12 @@ export class QemuDriver implements MachineDriver {
     return taken;
   }
 
-  async reserveWarm(shape: WarmShape): Promise<{ id: string; uid: number } | undefined> {
+  async reserveWarm(shape: WarmShape): Promise<WarmReservation | undefined> {
     return this.pool?.reserve(shape);
   }
 
-  releaseWarm(id: string): void {
-    this.pool?.release(id);
+  releaseWarm(id: string, broken = false): void {
+    this.pool?.release(id, broken);
   }
 
   get snapshotVersion(): string {
@@ -223,9 +231,9 @@ export class QemuDriver implements MachineDriver {
   }
 
   /**
-   * A restore into a warm VM (warm.ts): its NIC is hot-added on the
-   * instance's tap, its files and jail move into the instance's directory,
-   * its cgroups become the instance's, and the snapshot is streamed into it.
+   * A restore into a warm VM (warm.ts), whose tap the network made the
+   * instance's: its files and jail move into the instance's directory, its
+   * cgroups become the instance's, and the snapshot is streamed into it.
    * Resolves undefined when it could not be bound (the warm VM is ended and
    * the caller starts a VMM as usual).
    */
@@ -237,21 +245,10 @@ export class QemuDriver implements MachineDriver {
       if (!spec.restore || !spec.nic) throw new Error('a warm VM restores a snapshot with a NIC');
       mkdirSync(spec.dir, { recursive: true });
       for (const p of Object.values(f)) rmSync(p, { force: true });
-      // the same device as the cold command line's (argv.ts), at the same PCI slot (the first free one)
-      await q.execute('netdev_add', {
-        type: 'tap',
-        id: 'net0',
-        ifname: spec.nic.tap,
-        script: 'no',
-        downscript: 'no',
-      });
-      await q.execute('device_add', { driver: 'virtio-net-pci', romfile: '', netdev: 'net0', mac: spec.nic.mac });
       const wf = runtimeFiles(w.dir);
       for (const k of ['qmp', 'serial', 'control', 'stderr'] as const) if (existsSync(wf[k])) renameSync(wf[k], f[k]);
       rmSync(jailRoot(spec.dir), { recursive: true, force: true });
       renameSync(jailRoot(w.dir), jailRoot(spec.dir));
-      // its tap is open: the device node goes (a cold boot of this instance later uses the jail too)
-      rmSync(join(jailRoot(spec.dir), 'dev'), { recursive: true, force: true });
       for (const dir of makeCgroups(spec.id, spec.memoryMb, this.o.log))
         writeFileSync(join(dir, 'cgroup.procs'), String(w.pid));
       removeCgroups(w.id);
@@ -275,7 +272,7 @@ export class QemuDriver implements MachineDriver {
     this.useQmp(vm, q);
     // a VM started in advance ran at a low priority; as the instance's it runs as any other
     setWarmPriority(w.pid, 0);
-    void this.loadWarm(vm, q, spec.restore).then(() => {
+    void this.pool!.quiet(() => this.loadWarm(vm, q, spec.restore!)).then(() => {
       // the next restore of this shape gets one too: started once this one runs, not while it loads
       const shape = warmShapeOf(spec);
       if (shape) this.pool?.want(shape);
