@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { Controller, ControllerDeps } from './deps.js';
-import type { HostRec } from '../store/types.js';
+import type { HostRec, LeaseRenewal, LeaseRenewals } from '../store/types.js';
 
 /** The part of its lease an agent trusts: it stops acting at this fraction, before others may take over. */
 export const HELD_FRACTION = 0.8;
@@ -36,6 +36,7 @@ export class HostLease implements Controller {
   private closed = false;
   private wasHeld = true;
   private busy: Promise<void> = Promise.resolve();
+  private renewals: LeaseRenewals | undefined;
 
   constructor(
     private readonly s: Pick<ControllerDeps, 'store' | 'clock' | 'config'>,
@@ -62,7 +63,15 @@ export class HostLease implements Controller {
   }
 
   async start(): Promise<void> {
-    this.schedule();
+    const every = this.leaseMs / RENEWALS;
+    const store = this.s.store;
+    // where the store can, the renewals run outside this event loop (a worker thread on PostgreSQL)
+    if (store.leaseRenewals)
+      this.renewals = store.leaseRenewals(
+        { hostId: this.hostId, epoch: this.epoch, leaseMs: this.leaseMs, everyMs: every },
+        (r) => void (this.busy = this.busy.then(() => this.outcome(r))),
+      );
+    else this.schedule();
   }
 
   private schedule(): void {
@@ -72,22 +81,32 @@ export class HostLease implements Controller {
     }, this.leaseMs / RENEWALS);
   }
 
-  /** One renewal; a lost lease is taken again (a new epoch), a store that does not answer is tried next time. */
-  async renew(): Promise<void> {
-    const t0 = performance.now();
+  /** One renewal from this event loop (a store without `leaseRenewals`). */
+  private async renew(): Promise<void> {
+    const at = performance.now();
+    const epoch = this.epoch;
     const until = new Date(Date.now() + this.leaseMs).toISOString(); // the wall clock (src/domain/hosts.ts)
-    let ok: boolean;
+    let r: LeaseRenewal;
     try {
-      ok = await this.s.store.renewHostLease(this.hostId, this.epoch, until);
+      r = { at, epoch, ok: await this.s.store.renewHostLease(this.hostId, epoch, until) };
     } catch (e) {
+      r = { at, epoch, error: e as Error };
+    }
+    await this.outcome(r);
+  }
+
+  /** What a renewal's outcome means: held on; a store that does not answer (tried next time); lost, taken again. */
+  private async outcome(r: LeaseRenewal): Promise<void> {
+    // closed, or the outcome of an epoch given up already (sent before the lease was taken again)
+    if (this.closed || r.epoch !== this.epoch) return;
+    if ('error' in r) {
       if (this.wasHeld && !this.held())
-        this.hooks.log.warn({ err: e }, 'host lease ran out: the store does not answer');
+        this.hooks.log.warn({ err: r.error }, 'host lease ran out: the store does not answer');
       this.wasHeld = this.held();
       return;
     }
-    if (this.closed) return;
-    if (ok) {
-      this.took(this.epoch, t0);
+    if (r.ok) {
+      this.took(this.epoch, r.at);
       if (!this.wasHeld) {
         this.hooks.log.info({ epoch: this.epoch }, 'host lease held again');
         this.hooks.regained();
@@ -104,6 +123,7 @@ export class HostLease implements Controller {
       const t1 = performance.now();
       const h = await this.hooks.register();
       this.took(h.epoch, t1);
+      this.renewals?.epoch(h.epoch);
       this.wasHeld = true;
       this.hooks.log.info({ epoch: h.epoch }, 'host lease taken again with a new epoch');
       this.hooks.regained();
@@ -115,6 +135,7 @@ export class HostLease implements Controller {
   async stop(): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
+    await this.renewals?.stop();
     await this.busy;
   }
 }

@@ -678,6 +678,16 @@ export interface TxOptions {
   locks?: string[];
 }
 
+/** One renewal made by `Store.leaseRenewals`: `at` is when it was sent (this thread's `performance.now()`). */
+export type LeaseRenewal = { at: number; epoch: number } & ({ ok: boolean } | { error: Error });
+
+/** Renewals running on their own (`Store.leaseRenewals`). */
+export interface LeaseRenewals {
+  /** the epoch the next renewals name (after the lease was taken again) */
+  epoch(epoch: number): void;
+  stop(): Promise<void>;
+}
+
 export interface Store {
   /** `sqlite` (the embedded default) or `postgres` */
   readonly kind: 'sqlite' | 'postgres';
@@ -703,6 +713,16 @@ export interface Store {
    * for up to 5 s in bench/hosts' bursts of boots, longer than a 3 s lease.
    */
   renewHostLease(id: string, epoch: number, expiresAt: string): Promise<boolean>;
+  /**
+   * `renewHostLease` every `everyMs`, run outside the daemon's event loop
+   * and pool (PostgreSQL: a worker thread with a connection of its own), so
+   * that a daemon busy with a burst of boots still renews on time; each
+   * outcome is reported to `on`. Absent: the caller renews from a timer.
+   */
+  leaseRenewals?(
+    o: { hostId: string; epoch: number; leaseMs: number; everyMs: number },
+    on: (r: LeaseRenewal) => void,
+  ): LeaseRenewals;
   /**
    * A number that changes whenever this process learns that another process
    * committed to the store; caches of what such processes change (tokens,

@@ -12,10 +12,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { openStore } from '../../src/store/open.js';
-import type { FeedEvent, HostRec, InstanceRec, Store, Tx } from '../../src/store/types.js';
+import type { FeedEvent, HostRec, InstanceRec, LeaseRenewal, Store, Tx } from '../../src/store/types.js';
 import { NEVER_RUN, fire, specDefaults } from '../../src/domain/instance-states.js';
 import { postgresMissing, testPostgres } from '../helpers/postgres.js';
 import { requirePart } from '../helpers/require.js';
+import { poll } from '../helpers/vm.js';
 
 const dirs: string[] = [];
 after(() => {
@@ -154,6 +155,70 @@ for (const kind of KINDS) {
         assert.equal((await s.read((tx) => tx.hosts.get('h-1')))!.lease_expires_at, '2026-01-01T00:00:10.000Z');
         assert.equal(await s.renewHostLease('no-such-host', 3, '2026-01-01T00:00:20.000Z'), false);
       } finally {
+        await s.close();
+      }
+    });
+
+    test('host lease renewals of their own (leaseRenewals) go on while the event loop is busy', async (t) => {
+      const db = await kind.fresh();
+      const s = await db.open();
+      if (!s.leaseRenewals) {
+        await s.close();
+        return t.skip(`${kind.name}: renewed from the daemon's timer (one host, no other may take over)`);
+      }
+      const outcomes: LeaseRenewal[] = [];
+      const expires = async () => Date.parse((await s.read((tx) => tx.hosts.get('h-1')))!.lease_expires_at!);
+      let r: ReturnType<NonNullable<typeof s.leaseRenewals>> | undefined;
+      try {
+        await s.tx((tx) =>
+          tx.hosts.insert({
+            id: 'h-1',
+            name: 'h1',
+            created_at: new Date(0).toISOString(),
+            address: null,
+            state: 'live',
+            epoch: 3,
+            holder: 'k',
+            lease_expires_at: new Date().toISOString(),
+            memory_mb: 1024,
+            vcpus: null,
+            net_slot: 1,
+            agent_port: null,
+            network: null,
+          }),
+        );
+        r = s.leaseRenewals({ hostId: 'h-1', epoch: 3, leaseMs: 2000, everyMs: 100 }, (o) => outcomes.push(o));
+        await poll('a first renewal', () => outcomes.length > 0, 10_000, 10);
+        // this thread does nothing else for 1 s (an agent busy with a burst of boots)
+        const blockedAt = performance.now();
+        const wall = Date.now();
+        while (performance.now() - blockedAt < 1000);
+        // renewed meanwhile: a lease that ends 2 s after a renewal sent during the block
+        assert.ok((await expires()) > wall + 2000 + 500, 'renewed while this thread was busy');
+        await new Promise((res) => setTimeout(res, 50));
+        const during = outcomes.filter((o) => o.at > blockedAt && o.at < blockedAt + 1000);
+        assert.ok(during.length >= 5, `renewals sent during the block: ${during.length}`);
+        assert.ok(during.every((o) => 'ok' in o && o.ok && o.epoch === 3));
+        // declared dead by another process (a new epoch): the renewals under the old one fail
+        await s.tx((tx) => tx.hosts.update('h-1', { epoch: 4 }));
+        const n = outcomes.length;
+        await poll(
+          'a failed renewal',
+          () => outcomes.slice(n).some((o) => 'ok' in o && !o.ok && o.epoch === 3),
+          10_000,
+          10,
+        );
+        // taken again: the renewals name the new epoch
+        r.epoch(4);
+        const m = outcomes.length;
+        await poll(
+          'renewed under the new epoch',
+          () => outcomes.slice(m).some((o) => 'ok' in o && o.ok && o.epoch === 4),
+          10_000,
+          10,
+        );
+      } finally {
+        await r?.stop();
         await s.close();
       }
     });

@@ -4,9 +4,10 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import { err, isUnihostError } from '../../errors.js';
 import { Feed, type FeedRow } from '../feed.js';
 import type { Row } from '../tables.js';
-import type { FeedEvent, Store, Tx, TxOptions } from '../types.js';
+import type { FeedEvent, LeaseRenewal, LeaseRenewals, Store, Tx, TxOptions } from '../types.js';
 import type { PgTarget } from '../url.js';
 import { ReadCache } from './cache.js';
+import { startLeaseRenewals } from './lease-worker.js';
 import { Listener } from './listen.js';
 import { PG_MIGRATIONS } from './migrations.js';
 import { makeTx, type Pending, type Query } from './tx.js';
@@ -446,6 +447,13 @@ export class PostgresStore implements Store {
     } catch (e) {
       this.log('pruning the change table failed', e);
     }
+  }
+
+  leaseRenewals(
+    o: { hostId: string; epoch: number; leaseMs: number; everyMs: number },
+    on: (r: LeaseRenewal) => void,
+  ): LeaseRenewals {
+    return startLeaseRenewals(clientConfig(this.target), o, on);
   }
 
   async renewHostLease(id: string, epoch: number, expiresAt: string): Promise<boolean> {
