@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import {
   closeSync,
   existsSync,
@@ -37,7 +36,7 @@ import { QmpClient } from './qmp.js';
 import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 import { qemuMachineChooser } from './choose.js';
 import { qemuVersion, resumeRestored, snapshotSocket, streamSnapshot, writeSnapshot } from './snapshot.js';
-import { Spawner } from './spawner.js';
+import { launch, Spawner } from './spawner.js';
 import { setWarmPriority, WarmPool, warmInbox, warmShapeOf, type WarmVm } from './warm.js';
 
 export interface QemuDriverOptions extends QemuOptions {
@@ -184,48 +183,19 @@ export class QemuDriver implements MachineDriver {
     const f = runtimeFiles(spec.dir);
     for (const p of Object.values(f)) rmSync(p, { force: true });
     const argv = this.command(spec);
-    if (this.spawner) return this.startSpawned(this.spawner, spec, argv);
-    const [cmd, ...args] = argv;
-    const err = openSync(f.stderr, 'w');
-    // the snapshot to restore, as QEMU's fd 3 (`-incoming fd:3`, argv.ts)
-    let snap: number | undefined;
     const spawnedAt = Date.now();
-    let child;
-    try {
-      if (spec.restore) snap = openSync(spec.restore, 'r');
-      const stdio = ['ignore', 'ignore', err, ...(snap === undefined ? [] : [snap])];
-      child = spawn(cmd!, args, { detached: true, stdio: stdio as ('ignore' | number)[] });
-    } finally {
-      closeSync(err);
-      if (snap !== undefined) closeSync(snap);
-    }
-    const pid = await new Promise<number>((resolve, reject) => {
-      child.once('spawn', () => resolve(child.pid!));
-      child.once('error', reject);
-    });
-    child.unref();
-    const vm = this.track(spec, pid, spawnedAt);
-    child.once('exit', (code) => {
-      vm.status = code;
-      this.finish(vm);
-    });
-    void this.connectQmp(vm);
-    return { pid, spawnedAt, accel: this.o.accel };
-  }
-
-  /** `start` through the posix_spawn helper (spawner.ts); a VMM that ends before it is tracked ends once it is. */
-  private async startSpawned(spawner: Spawner, spec: MachineSpec, argv: string[]): Promise<MachineRuntime> {
-    const spawnedAt = Date.now();
-    const at: { vm?: Vm; early?: number | null } = {};
-    const end = (vm: Vm, code: number | null) => {
-      vm.status = code;
-      this.finish(vm);
-    };
-    const pid = await spawner.start(argv, { stderr: runtimeFiles(spec.dir).stderr, fd3: spec.restore }, ({ code }) =>
-      at.vm ? end(at.vm, code) : (at.early = code),
+    const at: { vm?: Vm } = {};
+    // the snapshot to restore is QEMU's fd 3 (`-incoming fd:3`, argv.ts); an end is reported once `at.vm` is set
+    const pid = await launch(
+      this.spawner,
+      argv,
+      { stderr: f.stderr, ...(spec.restore ? { fd3: spec.restore } : {}) },
+      (code) => {
+        at.vm!.status = code;
+        this.finish(at.vm!);
+      },
     );
     const vm = (at.vm = this.track(spec, pid, spawnedAt));
-    if (at.early !== undefined) end(vm, at.early);
     void this.connectQmp(vm);
     return { pid, spawnedAt, accel: this.o.accel };
   }

@@ -13,7 +13,7 @@
  * the next start runs a new helper.
  */
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { closeSync, existsSync, openSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
@@ -144,4 +144,54 @@ export class Spawner {
       cb?.({ code: m.code ?? null, signal: (m.signal ?? null) as NodeJS.Signals | null });
     }
   }
+}
+
+/**
+ * Starts a VMM the way the driver starts every one (stdin and stdout
+ * /dev/null, stderr the file `stderr`, fd 3 the file `fd3` if given, a
+ * session of its own): through `spawner` when there is one, else by a fork
+ * of the daemon. Resolves its pid. `onEnd` gets its exit status, never
+ * before the caller's code that follows the `await` ran: a VMM that ends at
+ * once is reported after its caller has recorded it.
+ */
+export async function launch(
+  spawner: Spawner | null | undefined,
+  argv: string[],
+  o: { stderr: string; fd3?: string },
+  onEnd: (code: number | null) => void,
+): Promise<number> {
+  let known = false;
+  let early: { code: number | null } | undefined;
+  const end = (code: number | null) => (known ? onEnd(code) : (early = { code }));
+  const pid = spawner ? await spawner.start(argv, o, ({ code }) => end(code)) : await forkVmm(argv, o, end);
+  known = true;
+  if (early) setImmediate(() => onEnd(early!.code));
+  return pid;
+}
+
+/** `launch` by a fork of the daemon (`child_process.spawn`, detached). */
+async function forkVmm(
+  argv: string[],
+  o: { stderr: string; fd3?: string },
+  onEnd: (code: number | null) => void,
+): Promise<number> {
+  const err = openSync(o.stderr, 'w');
+  let fd3: number | undefined;
+  let child;
+  try {
+    if (o.fd3 !== undefined) fd3 = openSync(o.fd3, 'r');
+    const stdio = ['ignore', 'ignore', err, ...(fd3 === undefined ? [] : [fd3])];
+    child = spawn(argv[0]!, argv.slice(1), { detached: true, stdio: stdio as ('ignore' | number)[] });
+  } finally {
+    closeSync(err);
+    if (fd3 !== undefined) closeSync(fd3);
+  }
+  const c = child;
+  const pid = await new Promise<number>((resolve, reject) => {
+    c.once('spawn', () => resolve(c.pid!));
+    c.once('error', reject);
+  });
+  c.unref();
+  c.once('exit', (code) => onEnd(code));
+  return pid;
 }

@@ -1,6 +1,6 @@
-import { spawn, execFile } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { chmodSync, closeSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -11,7 +11,7 @@ import { qemuArgv, runtimeFiles, type QemuOptions } from './argv.js';
 import { confinedCommand, jailArgv, jailRoot, makeCgroups, removeCgroups, vmUid } from './jail.js';
 import { alive, killGroup, killVm, rootOf } from './procs.js';
 import { QmpClient } from './qmp.js';
-import type { Spawner } from './spawner.js';
+import { launch, type Spawner } from './spawner.js';
 
 const execFileP = promisify(execFile);
 
@@ -311,10 +311,10 @@ export class WarmPool {
         shape.memoryMb,
         makeCgroups(id, shape.memoryMb, this.o.log),
       );
-      // its end: reported before `vm` exists only if it ended at once
-      const ended: { vm?: WarmVm; early?: number | null } = {};
-      const onEnd = (code: number | null) => (ended.vm ? this.ended(ended.vm, code) : (ended.early = code));
-      const pid = await this.spawnQemu([cmd!, ...args], runtimeFiles(dir).stderr, onEnd);
+      // its end is reported once `w` is set (launch)
+      const pid = await launch(this.o.spawner, [cmd!, ...args], { stderr: runtimeFiles(dir).stderr }, (code) =>
+        this.ended(w!, code),
+      );
       // its start (20-60 ms of CPU) yields to the VMs and the daemon: it is ahead of need
       setWarmPriority(pid, WARM_NICE);
       let settle!: () => void;
@@ -339,8 +339,6 @@ export class WarmPool {
       w = vm;
       this.vms.set(id, vm);
       placed();
-      ended.vm = vm;
-      if (ended.early !== undefined) this.ended(vm, ended.early);
       vm.qmp = await QmpClient.connect(runtimeFiles(dir).qmp, 10_000);
       if (vm.exited) throw new Error(`QEMU ended: ${this.stderr(vm)}`);
       if (this.closed) throw new Error('the daemon stops');
@@ -362,25 +360,6 @@ export class WarmPool {
     vm.status = code;
     if (vm.onExit) return vm.onExit(code);
     this.forget(vm);
-  }
-
-  /** Starts a warm VM's QEMU (stdin and stdout /dev/null, stderr `stderr`, a session of its own); resolves its pid. */
-  private async spawnQemu(argv: string[], stderr: string, onEnd: (code: number | null) => void): Promise<number> {
-    if (this.o.spawner) return this.o.spawner.start(argv, { stderr }, ({ code }) => onEnd(code));
-    const err = openSync(stderr, 'w');
-    let child;
-    try {
-      child = spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['ignore', 'ignore', err] });
-    } finally {
-      closeSync(err);
-    }
-    const pid = await new Promise<number>((resolve, reject) => {
-      child.once('spawn', () => resolve(child.pid!));
-      child.once('error', reject);
-    });
-    child.unref();
-    child.once('exit', (code) => onEnd(code));
-    return pid;
   }
 
   /**

@@ -10,7 +10,7 @@ import { ReadCache } from './cache.js';
 import { startLeaseRenewals } from './lease-worker.js';
 import { Listener } from './listen.js';
 import { PG_MIGRATIONS } from './migrations.js';
-import { makeTx, type Pending, type Query } from './tx.js';
+import { makeTx, RENEW_LEASE_SQL, type Pending, type Query } from './tx.js';
 
 /**
  * Serializes the end of committing transactions, so revisions and event ids
@@ -460,11 +460,7 @@ export class PostgresStore implements Store {
     try {
       // read committed, one row: a death declaration that bumped the epoch first leaves no row to update; one that
       // read the old lease and writes the row after this conflicts at its write (serializable) and reads it again
-      const r = await this.pool.query('UPDATE hosts SET lease_expires_at=$1 WHERE id=$2 AND epoch=$3', [
-        expiresAt,
-        id,
-        epoch,
-      ]);
+      const r = await this.pool.query(RENEW_LEASE_SQL, [expiresAt, id, epoch]);
       return (r.rowCount ?? 0) > 0;
     } catch (e) {
       if (isUnreachable(e)) throw unavailable(this.target, e);

@@ -2,6 +2,7 @@ import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import type pg from 'pg';
 import type { LeaseRenewal, LeaseRenewals } from '../types.js';
+import { RENEW_LEASE_SQL } from './tx.js';
 
 /**
  * The host lease's renewals in a worker thread with a connection of its own
@@ -29,7 +30,7 @@ async function renew() {
   const e = epoch;
   const until = new Date(Date.now() + w.leaseMs).toISOString();
   try {
-    const r = await pool.query('UPDATE hosts SET lease_expires_at=$1 WHERE id=$2 AND epoch=$3', [until, w.hostId, e]);
+    const r = await pool.query(w.sql, [until, w.hostId, e]);
     parentPort.postMessage({ sent, epoch: e, ok: (r.rowCount || 0) > 0 });
   } catch (err) {
     parentPort.postMessage({ sent, epoch: e, error: String((err && err.message) || err) });
@@ -60,7 +61,7 @@ export function startLeaseRenewals(
   let w: Worker;
   let ended: Promise<void>;
   const spawn = () => {
-    w = new Worker(CODE, { eval: true, workerData: { ...o, epoch, config: plain, pgPath } });
+    w = new Worker(CODE, { eval: true, workerData: { ...o, epoch, config: plain, pgPath, sql: RENEW_LEASE_SQL } });
     w.unref(); // never what keeps the daemon up
     w.on('message', (m: { sent: number; epoch: number; ok?: boolean; error?: string }) => {
       // the send time on this thread's clock (performance.now() has another origin in a worker)

@@ -38,6 +38,9 @@ const STATUS_ONLY = new Set<string>(STATUS_FIELDS);
 const SPEC_ONLY = new Set<string>(SPEC_FIELDS);
 const SELECT_INSTANCE = 'SELECT * FROM instances JOIN instance_status USING (id)';
 
+/** A host lease's renewal under its epoch ($1 the new end, $2 the host, $3 the epoch): a row changed, or none. */
+export const RENEW_LEASE_SQL = 'UPDATE hosts SET lease_expires_at=$1 WHERE id=$2 AND epoch=$3';
+
 /** A row as a record: the ordering column goes (jsonb, booleans and int8 come decoded by the client). */
 function fromRow<T>(row: Row | undefined): T | undefined {
   if (!row) return undefined;
@@ -287,10 +290,7 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       delete: (id) => del(S.hosts, id),
       renew: async (id, epoch, expiresAt) => {
         cur();
-        return (
-          (await q('UPDATE hosts SET lease_expires_at=$1 WHERE id=$2 AND epoch=$3 RETURNING 1', [expiresAt, id, epoch]))
-            .length > 0
-        );
+        return (await q(`${RENEW_LEASE_SQL} RETURNING 1`, [expiresAt, id, epoch])).length > 0;
       },
     },
     groups: {
