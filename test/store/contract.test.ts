@@ -18,6 +18,23 @@ import { postgresMissing, testPostgres } from '../helpers/postgres.js';
 import { requirePart } from '../helpers/require.js';
 import { poll } from '../helpers/vm.js';
 
+/** Host h-1 under epoch 3 with its lease ending at `until` (the lease tests). */
+const leasedHost = (until: string): HostRec => ({
+  id: 'h-1',
+  name: 'h1',
+  created_at: new Date(0).toISOString(),
+  address: null,
+  state: 'live',
+  epoch: 3,
+  holder: 'k',
+  lease_expires_at: until,
+  memory_mb: 1024,
+  vcpus: null,
+  net_slot: 1,
+  agent_port: null,
+  network: null,
+});
+
 const dirs: string[] = [];
 after(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
@@ -131,21 +148,7 @@ for (const kind of KINDS) {
       const db = await kind.fresh();
       const s = await db.open();
       try {
-        const h: HostRec = {
-          id: 'h-1',
-          name: 'h1',
-          created_at: new Date(0).toISOString(),
-          address: null,
-          state: 'live',
-          epoch: 3,
-          holder: 'k',
-          lease_expires_at: '2026-01-01T00:00:00.000Z',
-          memory_mb: 1024,
-          vcpus: null,
-          net_slot: 1,
-          agent_port: null,
-          network: null,
-        };
+        const h = leasedHost('2026-01-01T00:00:00.000Z');
         await s.tx((tx) => tx.hosts.insert(h));
         assert.equal(await s.renewHostLease('h-1', 3, '2026-01-01T00:00:10.000Z'), true);
         assert.equal((await s.read((tx) => tx.hosts.get('h-1')))!.lease_expires_at, '2026-01-01T00:00:10.000Z');
@@ -170,23 +173,7 @@ for (const kind of KINDS) {
       const expires = async () => Date.parse((await s.read((tx) => tx.hosts.get('h-1')))!.lease_expires_at!);
       let r: ReturnType<NonNullable<typeof s.leaseRenewals>> | undefined;
       try {
-        await s.tx((tx) =>
-          tx.hosts.insert({
-            id: 'h-1',
-            name: 'h1',
-            created_at: new Date(0).toISOString(),
-            address: null,
-            state: 'live',
-            epoch: 3,
-            holder: 'k',
-            lease_expires_at: new Date().toISOString(),
-            memory_mb: 1024,
-            vcpus: null,
-            net_slot: 1,
-            agent_port: null,
-            network: null,
-          }),
-        );
+        await s.tx((tx) => tx.hosts.insert(leasedHost(new Date().toISOString())));
         r = s.leaseRenewals({ hostId: 'h-1', epoch: 3, leaseMs: 2000, everyMs: 100 }, (o) => outcomes.push(o));
         await poll('a first renewal', () => outcomes.length > 0, 10_000, 10);
         // this thread does nothing else for 1 s (an agent busy with a burst of boots)

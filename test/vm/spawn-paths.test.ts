@@ -55,6 +55,14 @@ describe('the QEMU driver spawns through the helper and by forking alike', { ski
     drivers.push(d);
     return d;
   };
+  /** what a warm VM of c-http (16 MB, `pc`) restores */
+  const cHttpShape = (): WarmShape => ({
+    kernel: join(UK!, 'c-http_qemu-x86_64'),
+    memoryMb: 16,
+    machine: 'pc',
+    firmware: 'seabios',
+    contract: 'unikraft',
+  });
   const boot = async (d: QemuDriver, kernel: string) => {
     const id = randomUUID();
     await d.start({
@@ -113,13 +121,7 @@ describe('the QEMU driver spawns through the helper and by forking alike', { ski
       async () => {
         const base = join(dir, `warm-${spawner}`);
         const d = make(spawner, join(base, 'warm'));
-        const shape: WarmShape = {
-          kernel: join(UK!, 'c-http_qemu-x86_64'),
-          memoryMb: 16,
-          machine: 'pc',
-          firmware: 'seabios',
-          contract: 'unikraft',
-        };
+        const shape = cHttpShape();
         const pool = (d as unknown as { pool: { want(s: WarmShape): void; vms: Map<string, unknown> } }).pool;
         pool.want(shape);
         let reserved: { id: string; tap: string } | undefined;
@@ -155,13 +157,7 @@ describe('the QEMU driver spawns through the helper and by forking alike', { ski
     async () => {
       const base = join(dir, 'warm-quiet');
       const d = make(true, join(base, 'warm'), 2);
-      const shape: WarmShape = {
-        kernel: join(UK!, 'c-http_qemu-x86_64'),
-        memoryMb: 16,
-        machine: 'pc',
-        firmware: 'seabios',
-        contract: 'unikraft',
-      };
+      const shape = cHttpShape();
       type Warm = { state: string; pid: number };
       const pool = (
         d as unknown as {
