@@ -137,6 +137,7 @@ export async function startDaemon(config: Config, opts: DaemonOptions = {}): Pro
         lost: () => void ref.machines?.fence(),
         regained: () => ref.machines?.regained(),
         renewed: watchdog && ((until) => watchdog.renewed(until)),
+        ...(watchdog ? { vmsUntilFile: watchdog.file } : {}),
         log: logger,
       });
       services.lease = lease;

@@ -8,6 +8,8 @@ import type { Config } from '../config.js';
 export interface Watchdog {
   /** `until`: wall-clock ms after which no VM of this host may run unless a later renewal says otherwise */
   renewed(until: number): void;
+  /** the file `renewed` writes and the watchdog reads (others may keep it: LeaseHooks.vmsUntilFile) */
+  readonly file: string;
   start(): Promise<void>;
   /** The agent stops: the watchdog stays (the lease still runs out if no agent takes it back). */
   stop(): Promise<void>;
@@ -42,6 +44,7 @@ export function startWatchdog(
   const script = self.replace(/watchdog\.(ts|js)$/, 'watchdog-run.$1');
   let pending: number | undefined;
   return {
+    file: leaseFile,
     renewed(until) {
       pending = until;
       write(leaseFile, String(Math.floor(until)));

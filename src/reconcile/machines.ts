@@ -6,7 +6,7 @@ import { HEALTHY_AFTER_MS } from '../domain/restart.js';
 import { ConsoleLog } from '../machines/console-log.js';
 import type { DriverFactory, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../machines/driver.js';
 import { STOP, vmmFailure } from '../machines/stop-info.js';
-import type { InstanceRec, StatusPatch } from '../store/types.js';
+import type { InstanceRec, StatusPatch, Tx } from '../store/types.js';
 import { fire } from '../domain/instance-states.js';
 import type { NetworkHooks } from './network.js';
 import type { VolumeDriver } from '../volumes/driver.js';
@@ -364,7 +364,7 @@ export class MachineController implements Controller {
           const readyAt = Date.parse(inst.started_at) + Math.round((inst.boot_time_us ?? 0) / 1000);
           const healthyAt = readyAt + HEALTHY_AFTER_MS;
           if (now >= healthyAt) {
-            await this.s.store.tx((tx) => tx.instances.updateStatus(id, { restart_attempt: 0, restart_next_at: null }));
+            await this.ownTx(id, (tx) => tx.instances.updateStatus(id, { restart_attempt: 0, restart_next_at: null }));
           } else this.timers.at(id, healthyAt, now);
         }
         return;
@@ -388,7 +388,7 @@ export class MachineController implements Controller {
           return this.escalate(inst);
         }
         if (!rt.stopSentAt) {
-          await this.s.store.tx((tx) => tx.instances.updateStatus(id, { runtime: { ...rt, stopSentAt: now } }));
+          await this.ownTx(id, (tx) => tx.instances.updateStatus(id, { runtime: { ...rt, stopSentAt: now } }));
           await this.driver.stop(id);
           return this.timers.at(id, now + this.stopTimeoutMs, now);
         }
@@ -511,7 +511,7 @@ export class MachineController implements Controller {
       (e: unknown) => e as Error,
     );
     this.o.log.info({ id: inst.id, pid: rt.pid, accel: rt.accel }, 'VM started');
-    await this.s.store.tx((tx) => recordBootInTx(tx, inst, rt, plan, t0));
+    await this.ownTx(inst.id, (tx) => recordBootInTx(tx, inst, rt, plan, t0));
     if (netFailure) {
       this.note(inst.id, `the network rules did not admit its tap: ${netFailure.message}; stopping it`);
       return this.escalate(inst);
@@ -565,7 +565,7 @@ export class MachineController implements Controller {
     const f = field[ev.type];
     if (!f && ev.type !== 'ready') return;
     try {
-      await this.s.store.tx(async (tx) => {
+      await this.ownTx(id, async (tx) => {
         const cur = await tx.instances.getAny(id);
         if (!cur) return;
         const patch: StatusPatch = {};
@@ -582,6 +582,15 @@ export class MachineController implements Controller {
     }
     const kept = this.unrecordedMarks.get(id);
     if (kept?.delete(ev.type) && kept.size === 0) this.unrecordedMarks.delete(id);
+  }
+
+  /**
+   * A transaction on one instance's own record: what its VM did (TxOptions.instance). On PostgreSQL it
+   * never conflicts with a placement, which reads every instance: a burst of boots on several hosts
+   * made these the most of bench/hosts' conflicts.
+   */
+  private ownTx<T>(id: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
+    return this.s.store.tx(fn, { instance: id });
   }
 
   /** Records a VM's end (src/reconcile/machine-exit.ts) and logs what was decided. */

@@ -676,10 +676,30 @@ export type FeedEvent = ({ type: 'change'; rev: number } & Change) | { type: 're
 export interface TxOptions {
   /** locks (`Tx.lock`) the transaction will ask for: taken before it begins, saving an attempt */
   locks?: string[];
+  /**
+   * The transaction reads and writes this one instance (its status, its
+   * events, its volumes) and nothing else: a host agent recording what its
+   * VM did. On PostgreSQL it runs at read committed with the instance's row
+   * locked first (`SELECT ... FOR NO KEY UPDATE`), not serializable: it waits for
+   * a concurrent writer of that row instead of conflicting with every
+   * transaction that read many instances (placement sums all of them). A
+   * serializable writer of the same row still sees the conflict and runs
+   * again. Single-writer stores ignore it.
+   */
+  instance?: string;
 }
 
 /** One renewal made by `Store.leaseRenewals`: `at` is when it was sent (this thread's `performance.now()`). */
 export type LeaseRenewal = { at: number; epoch: number } & ({ ok: boolean } | { error: Error });
+
+/** What `Store.leaseRenewals` renews, how often, and the watchdog's file it keeps. */
+export interface LeaseRenewalOptions {
+  hostId: string;
+  epoch: number;
+  leaseMs: number;
+  everyMs: number;
+  vmsUntil?: { file: string; afterMs: number };
+}
 
 /** Renewals running on their own (`Store.leaseRenewals`). */
 export interface LeaseRenewals {
@@ -692,8 +712,8 @@ export interface Store {
   /** `sqlite` (the embedded default) or `postgres` */
   readonly kind: 'sqlite' | 'postgres';
   /**
-   * Runs `fn` in one serializable read-write transaction and returns its
-   * result. `fn` must not do I/O other than through `tx`: a transaction that
+   * Runs `fn` in one serializable read-write transaction (one instance's
+   * own record: `o.instance`) and returns its result. `fn` must not do I/O other than through `tx`: a transaction that
    * loses a serialization conflict (PostgreSQL) is run again, a bounded
    * number of times. Its changes reach watchers after commit.
    */
@@ -718,11 +738,12 @@ export interface Store {
    * and pool (PostgreSQL: a worker thread with a connection of its own), so
    * that a daemon busy with a burst of boots still renews on time; each
    * outcome is reported to `on`. Absent: the caller renews from a timer.
+   * With `vmsUntil`, each renewal that held also writes, from there, until
+   * when this host's VMs may run (its send time + `afterMs`, wall-clock ms)
+   * to `file`, the host watchdog's: a daemon whose event loop is busy for
+   * seconds does not let its watchdog kill VMs under a lease it holds.
    */
-  leaseRenewals?(
-    o: { hostId: string; epoch: number; leaseMs: number; everyMs: number },
-    on: (r: LeaseRenewal) => void,
-  ): LeaseRenewals;
+  leaseRenewals?(o: LeaseRenewalOptions, on: (r: LeaseRenewal) => void): LeaseRenewals;
   /**
    * A number that changes whenever this process learns that another process
    * committed to the store; caches of what such processes change (tokens,

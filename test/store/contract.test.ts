@@ -7,7 +7,7 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -171,10 +171,18 @@ for (const kind of KINDS) {
       }
       const outcomes: LeaseRenewal[] = [];
       const expires = async () => Date.parse((await s.read((tx) => tx.hosts.get('h-1')))!.lease_expires_at!);
+      // the host watchdog's file (src/machines/watchdog.ts): until when this host's VMs may run
+      const dir = mkdtempSync(join(tmpdir(), 'uh-lease-'));
+      dirs.push(dir);
+      const file = join(dir, 'lease-until');
+      const vmsUntil = () => Number(readFileSync(file, 'utf8'));
       let r: ReturnType<NonNullable<typeof s.leaseRenewals>> | undefined;
       try {
         await s.tx((tx) => tx.hosts.insert(leasedHost(new Date().toISOString())));
-        r = s.leaseRenewals({ hostId: 'h-1', epoch: 3, leaseMs: 2000, everyMs: 100 }, (o) => outcomes.push(o));
+        r = s.leaseRenewals(
+          { hostId: 'h-1', epoch: 3, leaseMs: 2000, everyMs: 100, vmsUntil: { file, afterMs: 1500 } },
+          (o) => outcomes.push(o),
+        );
         await poll('a first renewal', () => outcomes.length > 0, 10_000, 10);
         // this thread does nothing else for 1 s (an agent busy with a burst of boots)
         const blockedAt = performance.now();
@@ -182,6 +190,7 @@ for (const kind of KINDS) {
         while (performance.now() - blockedAt < 1000);
         // renewed meanwhile: a lease that ends 2 s after a renewal sent during the block
         assert.ok((await expires()) > wall + 2000 + 500, 'renewed while this thread was busy');
+        assert.ok(vmsUntil() > wall + 1500 + 500, "the watchdog's deadline moved on while this thread was busy");
         await new Promise((res) => setTimeout(res, 50));
         const during = outcomes.filter((o) => o.at > blockedAt && o.at < blockedAt + 1000);
         assert.ok(during.length >= 5, `renewals sent during the block: ${during.length}`);
@@ -195,6 +204,10 @@ for (const kind of KINDS) {
           10_000,
           10,
         );
+        // renewals that fail leave the watchdog's deadline where it was
+        const lastHeld = vmsUntil();
+        await new Promise((res) => setTimeout(res, 300));
+        assert.equal(vmsUntil(), lastHeld, 'not moved by failed renewals');
         // taken again: the renewals name the new epoch
         r.epoch(4);
         const m = outcomes.length;
@@ -204,6 +217,7 @@ for (const kind of KINDS) {
           10_000,
           10,
         );
+        assert.ok(vmsUntil() > lastHeld, 'moved again under the new epoch');
       } finally {
         await r?.stop();
         await s.close();
@@ -429,6 +443,102 @@ for (const kind of KINDS) {
     });
   });
 }
+
+describe(
+  "PostgreSQL: a transaction on one instance's own record (TxOptions.instance)",
+  { skip: requirePart(postgresMissing()) },
+  () => {
+    /**
+     * A placement's shape against an agent's record of a boot: A reads every instance and, once B committed,
+     * inserts one; B reads one instance and writes its status. Serializable both, that is a write skew
+     * (A read what B wrote, B read the index page A writes) and A runs again; with B on its own row, A
+     * runs once.
+     */
+    async function skew(own: boolean): Promise<{ attempts: number; status: InstanceRec | undefined }> {
+      const url = await testPostgres().createDb();
+      const store = await openStore(url, '/nonexistent/unused.db');
+      try {
+        const u = user('gil');
+        const x = instance(u.id, 'x');
+        await store.tx(async (tx) => {
+          await tx.users.insert(u);
+          await tx.instances.insert(x);
+        });
+        let attempts = 0;
+        let read!: () => void;
+        const aRead = new Promise<void>((r) => (read = r));
+        let go!: () => void;
+        const bDone = new Promise<void>((r) => (go = r));
+        const a = store.tx(async (tx) => {
+          attempts++;
+          await tx.instances.all();
+          read();
+          await bDone;
+          await tx.instances.insert(instance(u.id, `y${attempts}`));
+        });
+        await aRead;
+        const b = async (tx: Tx) => {
+          const cur = await tx.instances.getAny(x.id);
+          await tx.instances.updateStatus(x.id, { uptime_ms: (cur?.uptime_ms ?? 0) + 1 });
+        };
+        await (own ? store.tx(b, { instance: x.id }) : store.tx(b));
+        go();
+        await a;
+        return { attempts, status: await store.read((tx) => tx.instances.getAny(x.id)) };
+      } finally {
+        await store.close();
+      }
+    }
+
+    test('it never conflicts with a transaction that read every instance; serializable, it did', async () => {
+      const own = await skew(true);
+      assert.equal(own.attempts, 1, 'the wide reader ran once');
+      assert.equal(own.status?.uptime_ms, 1, 'the own-row write is kept');
+      const serializable = await skew(false);
+      assert.ok(serializable.attempts >= 2, `serializable, the wide reader ran again (${serializable.attempts})`);
+      assert.equal(serializable.status?.uptime_ms, 1);
+    });
+
+    test('a serializable writer of the same row waits for it, then runs again on what it committed', async () => {
+      const url = await testPostgres().createDb();
+      const store = await openStore(url, '/nonexistent/unused.db');
+      try {
+        const u = user('hal');
+        const x = instance(u.id, 'x');
+        await store.tx(async (tx) => {
+          await tx.users.insert(u);
+          await tx.instances.insert(x);
+        });
+        let locked!: () => void;
+        const rowLocked = new Promise<void>((r) => (locked = r));
+        let release!: () => void;
+        const released = new Promise<void>((r) => (release = r));
+        const mine = store.tx(
+          async (tx) => {
+            locked();
+            await released;
+            await tx.instances.updateStatus(x.id, { uptime_ms: 10 });
+          },
+          { instance: x.id },
+        );
+        await rowLocked;
+        const seen: number[] = [];
+        const theirs = store.tx(async (tx) => {
+          const cur = (await tx.instances.getAny(x.id))!;
+          seen.push(cur.uptime_ms);
+          await tx.instances.updateStatus(x.id, { uptime_ms: cur.uptime_ms + 1 });
+        });
+        await new Promise((r) => setTimeout(r, 200));
+        release();
+        await Promise.all([mine, theirs]);
+        assert.equal((await store.read((tx) => tx.instances.getAny(x.id)))?.uptime_ms, 11, 'no write lost');
+        assert.equal(seen.at(-1), 10, 'the last run read the own-row commit');
+      } finally {
+        await store.close();
+      }
+    });
+  },
+);
 
 describe(
   'PostgreSQL: a process that dies between its commit and its publish',

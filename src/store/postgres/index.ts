@@ -4,7 +4,7 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import { err, isUnihostError } from '../../errors.js';
 import { Feed, type FeedRow } from '../feed.js';
 import type { Row } from '../tables.js';
-import type { FeedEvent, LeaseRenewal, LeaseRenewals, Store, Tx, TxOptions } from '../types.js';
+import type { FeedEvent, LeaseRenewal, LeaseRenewalOptions, LeaseRenewals, Store, Tx, TxOptions } from '../types.js';
 import type { PgTarget } from '../url.js';
 import { ReadCache } from './cache.js';
 import { startLeaseRenewals } from './lease-worker.js';
@@ -127,8 +127,9 @@ const named = (text: string, values: unknown[] = []): pg.QueryConfig => ({
 /**
  * The store on PostgreSQL (docs/architecture.md, "Store"), through
  * node-postgres: a pool of connections, one serializable transaction per
- * `tx` (retried here, and only here, when it loses a serialization conflict
- * or a deadlock), reads straight on the pool, and a change feed that
+ * `tx` (read committed on a locked row for one instance's own record,
+ * `TxOptions.instance`; retried here, and only here, when it loses a
+ * serialization conflict or a deadlock), reads straight on the pool, and a change feed that
  * LISTEN/NOTIFY only wakes: watchers read the change table themselves.
  */
 export class PostgresStore implements Store {
@@ -302,7 +303,7 @@ export class PostgresStore implements Store {
     const giveUpAt = Date.now() + CONFLICT_BUDGET_MS;
     for (let attempt = 1; ; attempt++) {
       try {
-        const { result, rev } = await this.queued(locks, () => this.once(fn, locks));
+        const { result, rev } = await this.queued(locks, () => this.once(fn, locks, o.instance));
         if (rev > 0) {
           if (++this.commits % 1000 === 0) void this.prune();
           // watchers of this process (waits, caches, controllers) see the change before the caller goes on;
@@ -350,7 +351,11 @@ export class PostgresStore implements Store {
    * first statement, so a lock taken inside would be waited for with a
    * snapshot older than the commits it waited for, and fail at commit.
    */
-  private async once<T>(fn: (tx: Tx) => Promise<T>, locks: Set<string>): Promise<{ result: T; rev: number }> {
+  private async once<T>(
+    fn: (tx: Tx) => Promise<T>,
+    locks: Set<string>,
+    instance?: string,
+  ): Promise<{ result: T; rev: number }> {
     const pending: Pending = { changes: new Map(), events: [] };
     const { c, done } = await this.checkout();
     let broken = false;
@@ -359,10 +364,15 @@ export class PostgresStore implements Store {
     try {
       // in one order: no deadlock between two such transactions
       for (const name of [...locks].sort()) await c.query('SELECT pg_advisory_lock(hashtext($1))', [`unihost:${name}`]);
-      await c.query('BEGIN ISOLATION LEVEL SERIALIZABLE');
       let result: T;
       try {
         const q: Query = async (text, params) => (await c.query(named(text, params))).rows as Row[];
+        if (instance === undefined) await c.query('BEGIN ISOLATION LEVEL SERIALIZABLE');
+        else {
+          // one instance's own record (TxOptions.instance): its row locked, each statement on the latest commits
+          await c.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+          await q('SELECT 1 FROM instances JOIN instance_status USING (id) WHERE id=$1 FOR NO KEY UPDATE', [instance]);
+        }
         result = await fn(
           makeTx(q, pending, (name) => {
             if (!locks.has(name)) throw new NeedsLock(name);
@@ -449,10 +459,7 @@ export class PostgresStore implements Store {
     }
   }
 
-  leaseRenewals(
-    o: { hostId: string; epoch: number; leaseMs: number; everyMs: number },
-    on: (r: LeaseRenewal) => void,
-  ): LeaseRenewals {
+  leaseRenewals(o: LeaseRenewalOptions, on: (r: LeaseRenewal) => void): LeaseRenewals {
     return startLeaseRenewals(clientConfig(this.target), o, on);
   }
 

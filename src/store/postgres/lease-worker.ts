@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import type pg from 'pg';
-import type { LeaseRenewal, LeaseRenewals } from '../types.js';
+import type { LeaseRenewal, LeaseRenewalOptions, LeaseRenewals } from '../types.js';
 import { RENEW_LEASE_SQL } from './tx.js';
 
 /**
@@ -19,6 +19,7 @@ import { RENEW_LEASE_SQL } from './tx.js';
  */
 const CODE = `
 const { parentPort, workerData: w } = require('node:worker_threads');
+const { renameSync, writeFileSync } = require('node:fs');
 const pg = require(w.pgPath);
 const pool = new pg.Pool({ ...w.config, max: 1, idleTimeoutMillis: 0, query_timeout: w.everyMs * 2 });
 pool.on('error', () => {}); // a broken idle connection: the next query opens another
@@ -31,7 +32,16 @@ async function renew() {
   const until = new Date(Date.now() + w.leaseMs).toISOString();
   try {
     const r = await pool.query(w.sql, [until, w.hostId, e]);
-    parentPort.postMessage({ sent, epoch: e, ok: (r.rowCount || 0) > 0 });
+    const ok = (r.rowCount || 0) > 0;
+    if (ok && w.vmsUntil) {
+      try {
+        // the watchdog's deadline, atomically (a name of its own: the daemon writes the file too, at a new epoch)
+        const tmp = w.vmsUntil.file + '.renewals';
+        writeFileSync(tmp, String(Math.floor(sent + w.vmsUntil.afterMs)), { mode: 0o600 });
+        renameSync(tmp, w.vmsUntil.file);
+      } catch {} // a data dir going away: the watchdog ends with it
+    }
+    parentPort.postMessage({ sent, epoch: e, ok });
   } catch (err) {
     parentPort.postMessage({ sent, epoch: e, error: String((err && err.message) || err) });
   }
@@ -50,7 +60,7 @@ timer = setTimeout(renew, w.everyMs);
 
 export function startLeaseRenewals(
   config: pg.ClientConfig,
-  o: { hostId: string; epoch: number; leaseMs: number; everyMs: number },
+  o: LeaseRenewalOptions,
   on: (r: LeaseRenewal) => void,
 ): LeaseRenewals {
   // what structured cloning takes: the connection settings without the type parsers (an UPDATE returns no values)
