@@ -75,6 +75,9 @@ export function qemuArgv(spec: MachineSpec, o: QemuOptions): string[] {
   }
   // a snapshot arrives on the descriptor the driver passes as fd 3 (machines/qemu/snapshot.ts)
   if (spec.restore) a.push('-incoming', 'fd:3');
+  // A snapshot of this VM carries no run state (it is taken paused): the QEMU that loads it runs the
+  // guest the moment the load ends, without waiting for a `cont` (snapshot.ts, resumeRestored)
+  a.push('-global', 'migration.store-global-state=off');
   for (const d of spec.disks) {
     a.push('-drive', `file=${d.path},if=none,id=${d.tag},format=raw${d.readonly ? ',readonly=on' : ''}`);
     a.push('-device', `${micro ? 'virtio-blk-device' : 'virtio-blk-pci'},drive=${d.tag},serial=${d.tag}`);

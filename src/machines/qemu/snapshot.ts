@@ -115,25 +115,52 @@ export async function writeSnapshot(
 }
 
 /**
- * After `-incoming fd:N`: waits until QEMU has loaded the snapshot and
- * resumes the guest (a snapshot is taken of a paused VM, and QEMU keeps the
- * run state it was saved in). Resolves when the guest runs; rejects when
- * the load failed or `timeoutMs` passed.
+ * After `-incoming`: waits until QEMU has loaded the snapshot and the guest
+ * runs. A snapshot taken without the run state (argv.ts,
+ * `migration.store-global-state=off`) runs by itself at the end of the load
+ * (QEMU's RESUME event says so, no polling on the way); one that carries
+ * the paused state it was saved in (taken before that option) is resumed
+ * with `cont`. Rejects when the load failed or `timeoutMs` passed.
  */
 export async function resumeRestored(qmp: QmpClient, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const s = await qmp.execute<{ status: string }>('query-status');
-    if (s.status === 'running') return;
-    if (s.status === 'paused' || s.status === 'postmigrate' || s.status === 'prelaunch') {
-      await qmp.execute('cont');
-      return;
+  // an event may come in the same read as an answer, before the code awaiting that answer runs again
+  let signalled = false;
+  let wake: () => void = () => undefined;
+  const onEvent = (name: string): void => {
+    if (name !== 'RESUME' && name !== 'STOP' && name !== 'MIGRATION') return;
+    signalled = true;
+    wake();
+  };
+  qmp.on('event', onEvent);
+  try {
+    for (;;) {
+      signalled = false;
+      const s = await qmp.execute<{ status: string }>('query-status');
+      if (s.status === 'running') return;
+      if (s.status === 'paused' || s.status === 'postmigrate' || s.status === 'prelaunch') {
+        await qmp.execute('cont');
+        return;
+      }
+      if (s.status !== 'inmigrate') throw new Error(`the snapshot did not load (QEMU state ${s.status})`);
+      if (Date.now() > deadline) throw new Error(`the snapshot did not load within ${timeoutMs} ms`);
+      // the end of the load is an event (RESUME); a slower poll backs it up (the end of a paused one)
+      if (!signalled)
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, RESUME_POLL_MS);
+          wake = () => {
+            clearTimeout(t);
+            resolve();
+          };
+        });
     }
-    if (s.status !== 'inmigrate') throw new Error(`the snapshot did not load (QEMU state ${s.status})`);
-    if (Date.now() > deadline) throw new Error(`the snapshot did not load within ${timeoutMs} ms`);
-    await sleep(1);
+  } finally {
+    qmp.off('event', onEvent);
   }
 }
+
+/** How often resumeRestored asks QEMU's state while it waits for the load's end event. */
+const RESUME_POLL_MS = 10;
 
 /**
  * Sends a snapshot file to a QEMU that listens for it (`-incoming unix:`,
