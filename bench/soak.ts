@@ -335,7 +335,8 @@ async function inner(): Promise<number> {
       if (failedAt.length < 3) failedAt.push(Date.now());
       failedWhen.push({ what, minute: Math.floor((Date.now() - t0) / 60_000) });
       const at = `${Math.round((Date.now() - t0) / 1000)} s`;
-      if (failures <= 20) console.log(`# failure (${what}, at ${at}): ${(e as Error).message ?? String(e)}`);
+      if (failures <= 20)
+        console.log(`# failure (${what}, at ${at}, ${new Date().toISOString()}): ${(e as Error).message ?? String(e)}`);
     };
     const loop = async (what: string, body: () => Promise<void>) => {
       while (Date.now() < end) {

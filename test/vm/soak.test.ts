@@ -28,12 +28,20 @@ test(
   (t) => {
     const r = spawnSync(
       process.execPath,
-      ['--import', 'tsx', join(ROOT, 'bench', 'soak.ts'), '--minutes', '1', '--sample-s', '15', '--check'],
+      [
+        '--import',
+        'tsx',
+        join(ROOT, 'bench', 'soak.ts'),
+        ...['--minutes', '1', '--sample-s', '15', '--check'],
+        // HAProxy's line for every abnormal request (with its termination state) lands in the daemon's
+        // log: a failure's window shows how the gateway ended it
+        ...['--daemon-env', 'UNIHOST_GATEWAY_LOG_ERRORS=1'],
+      ],
       { cwd: ROOT, encoding: 'utf8', env: { ...process.env, UNIHOST_UNIKRAFT_DIR: UK }, timeout: 600_000 },
     );
     const out = `${r.stdout}\n${r.stderr}`;
     for (const line of r.stdout.split('\n').filter((l) => /^(#|baseline|settled|\s+\d+ s)/.test(l))) t.diagnostic(line);
-    assert.equal(r.status, 0, out.slice(-6000));
+    assert.equal(r.status, 0, out.slice(-16000));
     assert.match(r.stdout, /^settled /m, out.slice(-3000));
     assert.doesNotMatch(r.stdout, /NOT FLAT/);
     assert.match(r.stdout, /# \d+ API calls, [1-9]\d* boots, [1-9]\d* wakes, [1-9]\d* gateway requests .*; 0 failures/);
