@@ -24,7 +24,7 @@
  * As root, with the Unikraft kernels (UNIHOST_UNIKRAFT_DIR) and PostgreSQL.
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -98,6 +98,47 @@ function killHost(h: Host): void {
   const pids = spawnSync('ip', ['netns', 'pids', h.ns], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean);
   for (const p of pids) spawnSync('kill', ['-9', p]);
   // the watchdog is detached but was started in the namespace: it is among them
+}
+
+/** CPU time (ms) of every process now, by pid, with what it is: what a phase cost whom (its delta). */
+function cpuNow(agents: Set<number>): Map<number, { kind: string; ms: number }> {
+  const out = new Map<number, { kind: string; ms: number }>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const pid = Number(name);
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // utime and stime (fields 14 and 15 of the line; clock ticks of 10 ms)
+      const ms = (Number(f[11]) + Number(f[12])) * 10;
+      const kind = comm.startsWith('qemu-system')
+        ? 'QEMUs'
+        : agents.has(pid)
+          ? 'agents'
+          : pid === process.pid
+            ? 'bench+API'
+            : comm === 'postgres'
+              ? 'PostgreSQL'
+              : comm === 'node'
+                ? 'other node (watchdogs)'
+                : 'other';
+      out.set(pid, { kind, ms });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+/** What each kind of process spent between two `cpuNow` (processes that ended meanwhile are not counted). */
+function cpuSpent(a: Map<number, { kind: string; ms: number }>, b: Map<number, { kind: string; ms: number }>): string {
+  const by = new Map<string, number>();
+  for (const [pid, x] of b) by.set(x.kind, (by.get(x.kind) ?? 0) + x.ms - (a.get(pid)?.ms ?? 0));
+  return [...by]
+    .sort((p, q) => q[1] - p[1])
+    .map(([k, ms]) => `${k} ${(ms / 1000).toFixed(1)}`)
+    .join(', ');
 }
 
 /**
@@ -237,7 +278,9 @@ async function main(): Promise<void> {
       }
     };
     /** Creates N instances (4 requests at a time) and returns ms until all run, and their ids. */
-    const batch = async (tag: string): Promise<{ ms: number; ids: string[] }> => {
+    const agents = () => new Set(hosts.flatMap((h) => (h.proc?.pid ? [h.proc.pid] : [])));
+    const batch = async (tag: string): Promise<{ ms: number; ids: string[]; cpu: string }> => {
+      const cpu0 = cpuNow(agents());
       const t0 = performance.now();
       const ids: string[] = [];
       for (let k = 0; k < N; k += 4)
@@ -262,7 +305,7 @@ async function main(): Promise<void> {
         }
         throw new Error(`${(e as Error).message}; states: ${states}`);
       });
-      return { ms: performance.now() - t0, ids };
+      return { ms: performance.now() - t0, ids, cpu: cpuSpent(cpu0, cpuNow(agents())) };
     };
     const clear = async (ids: string[]) => {
       for (const id of ids) await call('DELETE', `/v1/instances/${id}`, {});
@@ -289,6 +332,8 @@ async function main(): Promise<void> {
       console.log(
         `round ${r + 1}: ${N} on 1 host ${a.ms.toFixed(0)} ms, on 3 hosts ${b.ms.toFixed(0)} ms: ratio ${(b.ms / a.ms).toFixed(2)}`,
       );
+      // where the time of each went: CPU seconds per kind of process (2 cores: 2 s of CPU per second at most)
+      console.log(`  CPU s on 1 host: ${a.cpu}\n  CPU s on 3 hosts: ${b.cpu}`);
 
       // failover: h2 dies
       const h2 = hosts[1]!;

@@ -8,6 +8,7 @@ import { afterEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { advance, closeWorlds, create, logText, rec, running, settle, world } from './testing/machine-world.js';
+import { hostClaim, registerHost } from '../services/hosts.js';
 
 afterEach(closeWorlds);
 
@@ -215,6 +216,36 @@ describe('stop', () => {
     assert.ok(!w.d.running.has(id));
     assert.ok(!existsSync(w.s.paths.instance(id)));
   });
+});
+
+test("an instance on another host: its changes never touch this host's network; one that ran here has its tap removed", async () => {
+  const detached: string[] = [];
+  const w = await world({
+    network: {
+      attach: async () => ({
+        tap: 'uhtap',
+        mac: '02:00:00:00:00:02',
+        netdevIp: '10.0.0.2/24',
+        admitted: Promise.resolve(),
+      }),
+      detach: async (id) => void detached.push(id),
+    },
+  });
+  const here = await running(w);
+  // a second live host; this one cordoned: the next instance is placed there
+  await registerHost(w.s.store, { ...hostClaim(w.s.config), name: 'other-host' }, w.s.clock);
+  await w.s.hosts.mark('test-host', 'cordoned');
+  const [e] = await w.s.instances.create(w.user, { image: 'app:latest', autostart: true });
+  const there = e!.uuid as string;
+  await settle(w);
+  assert.ok(!w.d.running.has(there), 'not booted here');
+  await w.s.instances.update(w.user, { uuid: there }, { prop: 'tags', op: 'set', value: ['x'] });
+  await w.s.instances.delete(w.user, { uuid: there });
+  await settle(w);
+  assert.deepEqual(detached, [], 'no tap removed for an instance of another host (its create, change and delete)');
+  await w.s.instances.delete(w.user, { uuid: here });
+  await settle(w);
+  assert.deepEqual(detached, [here]);
 });
 
 test("a boot's ready mark whose transaction failed is recorded by the retried reconcile, not lost until the boot timeout", async () => {

@@ -309,10 +309,15 @@ export class MachineController implements Controller {
       this.timers.clear(id);
       this.unrecordedExits.delete(id);
       this.unrecordedMarks.delete(id);
-      if (vm.running || existsSync(this.s.paths.instance(id))) await this.driver.delete(id, this.s.paths.instance(id));
+      // Only what this host had (a VM, or the files of one) has a tap here. Every change of an instance on
+      // another host comes by too: removing its (absent) tap each time queued the network's commands, a
+      // spawned `ip` each, ahead of this host's own boots (bench/hosts: the agents' CPU more than doubled).
+      // A tap whose instance left no files here is a stray, removed when the daemon starts (network sync).
+      const hadHere = vm.running || existsSync(this.s.paths.instance(id));
+      if (hadHere) await this.driver.delete(id, this.s.paths.instance(id));
       this.vmVolumes.untrack(id);
       await this.vmVolumes.release(this.s.store);
-      await this.detachNet(id);
+      if (hadHere) await this.detachNet(id);
       return;
     }
     // a checkpoint runs nothing: it is taken once, of the VM of the instance it names

@@ -25,6 +25,7 @@ import {
 } from '../../store/types.js';
 import type { TimerApi } from '../engine.js';
 import { MachineController } from '../machines.js';
+import type { NetworkHooks } from '../network.js';
 import { MemoryVolumes } from '../../volumes/memory.js';
 
 /** A clock and timers that only move when the test says so. */
@@ -174,6 +175,8 @@ export async function world(
     beforeStop?: (id: string) => Promise<void>;
     /** host capacity (default: the embedded one, 80 % of this machine's RAM) */
     capacity?: Partial<Config['capacity']>;
+    /** the network's hooks (default: none, instances boot without a NIC) */
+    network?: NetworkHooks;
   } = {},
   dir?: string,
 ): Promise<World> {
@@ -205,6 +208,7 @@ export async function world(
     stopTimeoutMs: opts.stopTimeoutMs ?? 15_000,
     bootTimeoutMs: opts.bootTimeoutMs ?? 60_000,
     beforeStop: opts.beforeStop,
+    ...(opts.network ? { network: opts.network } : {}),
   });
   const existing = await s.store.read((tx) => tx.users.getByName('alice'));
   const user = existing ?? (await s.users.create('alice', false)).user;
