@@ -454,16 +454,21 @@ describe(
      * (A read what B wrote, B read the index page A writes) and A runs again; with B on its own row, A
      * runs once.
      */
+    /** A store on a new database with one user and one instance of theirs. */
+    async function oneInstance(name: string): Promise<{ store: Store; u: ReturnType<typeof user>; x: InstanceRec }> {
+      const store = await openStore(await testPostgres().createDb(), '/nonexistent/unused.db');
+      const u = user(name);
+      const x = instance(u.id, 'x');
+      await store.tx(async (tx) => {
+        await tx.users.insert(u);
+        await tx.instances.insert(x);
+      });
+      return { store, u, x };
+    }
+
     async function skew(own: boolean): Promise<{ attempts: number; status: InstanceRec | undefined }> {
-      const url = await testPostgres().createDb();
-      const store = await openStore(url, '/nonexistent/unused.db');
+      const { store, u, x } = await oneInstance('gil');
       try {
-        const u = user('gil');
-        const x = instance(u.id, 'x');
-        await store.tx(async (tx) => {
-          await tx.users.insert(u);
-          await tx.instances.insert(x);
-        });
         let attempts = 0;
         let read!: () => void;
         const aRead = new Promise<void>((r) => (read = r));
@@ -500,15 +505,8 @@ describe(
     });
 
     test('a serializable writer of the same row waits for it, then runs again on what it committed', async () => {
-      const url = await testPostgres().createDb();
-      const store = await openStore(url, '/nonexistent/unused.db');
+      const { store, x } = await oneInstance('hal');
       try {
-        const u = user('hal');
-        const x = instance(u.id, 'x');
-        await store.tx(async (tx) => {
-          await tx.users.insert(u);
-          await tx.instances.insert(x);
-        });
         let locked!: () => void;
         const rowLocked = new Promise<void>((r) => (locked = r));
         let release!: () => void;
