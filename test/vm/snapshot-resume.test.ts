@@ -56,18 +56,24 @@ describe('a loaded snapshot runs: by itself, or after a cont', () => {
     const inbox = join(dir, `${name}-in.sock`);
     const dst = await qemu(`${name}-dst`, [...global, '-incoming', `unix:${inbox}`]);
     const sent: string[] = [];
+    // commands sent and events seen, in the order they happened
+    const timeline: string[] = [];
     const execute = dst.execute.bind(dst);
     dst.execute = ((cmd: string, args?: Record<string, unknown>) => {
       sent.push(cmd);
+      timeline.push(cmd);
       return execute(cmd, args);
     }) as typeof dst.execute;
     const events: string[] = [];
-    dst.on('event', (e: string) => events.push(e));
+    dst.on('event', (e: string) => {
+      events.push(e);
+      timeline.push(e);
+    });
     await streamSnapshot(file, inbox);
     await resumeRestored(dst, 10_000);
     const status = (await execute<{ status: string }>('query-status')).status;
     dst.close();
-    return { sent, events, status };
+    return { sent, events, timeline, status };
   };
 
   test('every VM is started with the option, so its snapshots carry no run state', () => {
@@ -88,11 +94,14 @@ describe('a loaded snapshot runs: by itself, or after a cont', () => {
     assert.equal(argv[argv.indexOf(GLOBAL) - 1], '-global');
   });
 
-  test('without the run state: the guest runs at the end of the load, no cont is sent', async () => {
+  test('without the run state: the guest runs at the end of the load, no cont is sent, nothing asked after RESUME', async () => {
     const r = await roundTrip('plain', false);
     assert.equal(r.status, 'running');
     assert.ok(!r.sent.includes('cont'), `sent ${r.sent.join(', ')}`);
     assert.ok(r.events.includes('RESUME'), `events ${r.events.join(', ')}`);
+    // the RESUME event is the answer: nothing more is asked of QEMU once it came
+    const asked = r.timeline.slice(r.timeline.indexOf('RESUME') + 1).filter((x) => r.sent.includes(x));
+    assert.deepEqual(asked, [], `timeline ${r.timeline.join(', ')}`);
   });
 
   test('with the paused run state (an older snapshot): resumed with a cont', async () => {

@@ -125,17 +125,20 @@ export async function writeSnapshot(
 export async function resumeRestored(qmp: QmpClient, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   // an event may come in the same read as an answer, before the code awaiting that answer runs again
-  let signalled = false;
+  let resumed = false;
+  let stopped = false;
   let wake: () => void = () => undefined;
   const onEvent = (name: string): void => {
-    if (name !== 'RESUME' && name !== 'STOP' && name !== 'MIGRATION') return;
-    signalled = true;
+    if (name === 'RESUME') resumed = true;
+    else if (name === 'STOP') stopped = true;
+    else return;
     wake();
   };
   qmp.on('event', onEvent);
   try {
     for (;;) {
-      signalled = false;
+      if (resumed) return; // the guest runs: QEMU said so, no need to ask
+      stopped = false;
       const s = await qmp.execute<{ status: string }>('query-status');
       if (s.status === 'running') return;
       if (s.status === 'paused' || s.status === 'postmigrate' || s.status === 'prelaunch') {
@@ -144,8 +147,8 @@ export async function resumeRestored(qmp: QmpClient, timeoutMs: number): Promise
       }
       if (s.status !== 'inmigrate') throw new Error(`the snapshot did not load (QEMU state ${s.status})`);
       if (Date.now() > deadline) throw new Error(`the snapshot did not load within ${timeoutMs} ms`);
-      // the end of the load is an event (RESUME); a slower poll backs it up (the end of a paused one)
-      if (!signalled)
+      // the end of the load is an event (RESUME, or STOP for a paused one); a slower poll backs it up
+      if (!resumed && !stopped)
         await new Promise<void>((resolve) => {
           const t = setTimeout(resolve, RESUME_POLL_MS);
           wake = () => {
