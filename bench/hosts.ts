@@ -340,22 +340,54 @@ async function main(): Promise<void> {
       const h2id = (await hostList()).find((h) => h.name === 'h2')!.id;
       const all = await api.store.read((tx) => tx.instances.all());
       const lost = all.filter((i) => i.host_id === h2id).map((i) => i.id);
+      const cpu0 = cpuNow(agents());
       const t0 = performance.now();
+      const wall0 = Date.now();
       killHost(h2);
+      // where the failover's time goes: when h2 was seen dead, each lost instance placed elsewhere, each running
+      const seen = { dead: NaN, placed: new Map<string, number>(), running: new Map<string, number>() };
       await until(
         'failover',
         async () => {
+          const at = performance.now() - t0;
           const now = await api!.store.read((tx) => tx.instances.all());
-          return lost.every((id) => {
+          if (Number.isNaN(seen.dead) && (await hostList()).find((h) => h.name === 'h2')?.state === 'dead')
+            seen.dead = at;
+          for (const id of lost) {
             const i = now.find((x) => x.id === id);
-            return i?.state === 'running' && i.host_id !== h2id;
-          });
+            if (!i || i.host_id === h2id) continue;
+            if (!seen.placed.has(id)) seen.placed.set(id, at);
+            if (i.state === 'running' && !seen.running.has(id)) seen.running.set(id, at);
+          }
+          return seen.running.size === lost.length;
         },
         300_000,
       );
       const ms = performance.now() - t0;
       failover.push(ms);
-      console.log(`round ${r + 1}: failover of ${lost.length} instances: ${ms.toFixed(0)} ms after the kill`);
+      const span = (m: Map<string, number>) => {
+        const v = [...m.values()].sort((x, y) => x - y);
+        return `${v[0]!.toFixed(0)}-${v[v.length - 1]!.toFixed(0)} ms (median ${v[v.length >> 1]!.toFixed(0)})`;
+      };
+      console.log(
+        `round ${r + 1}: failover of ${lost.length} instances: ${ms.toFixed(0)} ms after the kill; ` +
+          `h2 dead at ${seen.dead.toFixed(0)} ms, placed elsewhere ${span(seen.placed)}, running ${span(seen.running)}`,
+      );
+      console.log(`  CPU s during the failover: ${cpuSpent(cpu0, cpuNow(agents()))}`);
+      // the boots' own parts (ms after the kill, from the instances' records): picked up by the new host's
+      // agent, its tap made, QEMU spawned, the banner's end, the port accepting
+      const recs = (await api.store.read((tx) => tx.instances.all())).filter((i) => lost.includes(i.id));
+      const part = (f: (i: (typeof recs)[number]) => number) => {
+        const v = recs.map(f).sort((x, y) => x - y);
+        return `${v[v.length >> 1]!.toFixed(0)} (${v[0]!.toFixed(0)}-${v[v.length - 1]!.toFixed(0)})`;
+      };
+      const spawn = (i: (typeof recs)[number]) => Date.parse(i.started_at!) - wall0;
+      console.log(
+        `  boots, ms after the kill, median (first-last): picked up ${part((i) => spawn(i) - (i.vmm_start_time_us ?? 0) / 1000)}, ` +
+          `tap ready ${part((i) => spawn(i) - ((i.vmm_start_time_us ?? 0) - (i.net_time_us ?? 0)) / 1000)}, ` +
+          `spawned ${part(spawn)}, banner ${part((i) => spawn(i) + (i.vmm_ready_time_us ?? 0) / 1000)}, ` +
+          `port accepts ${part((i) => spawn(i) + (i.boot_time_us ?? 0) / 1000)}`,
+      );
       await clear(b.ids);
       startAgent(h2, storeUrl);
       await until('h2 back', async () => (await hostList()).find((h) => h.name === 'h2')?.state === 'live', 60_000);

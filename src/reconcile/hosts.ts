@@ -49,58 +49,80 @@ export async function failOverDeadHosts(deps: Deps): Promise<string[]> {
     if (!won) continue;
     marked.push(stale.name);
     const ids = (await store.read((tx) => tx.instances.onHost(stale.id))).map((i) => i.id);
-    for (const id of ids) await takeOver(deps, stale, id);
+    // TAKEOVER_BATCH at a time, so the other hosts get them together. If one of a batch cannot be placed,
+    // each of it goes alone, and what cannot move is stopped with the reason said.
+    for (let k = 0; k < ids.length; k += TAKEOVER_BATCH) {
+      const batch = ids.slice(k, k + TAKEOVER_BATCH);
+      try {
+        await store.tx(async (tx) => {
+          for (const id of batch) await takeOverInTx(deps, tx, stale, id);
+        });
+      } catch {
+        for (const id of batch) await takeOver(deps, stale, id);
+      }
+    }
   }
   return marked;
 }
 
+/** Instances of a dead host taken over in one transaction (one each: 16 took 7 s on a busy machine). */
+const TAKEOVER_BATCH = 32;
+
+const lostText = (host: HostRec): string => `host '${host.name}' was lost (its agent's lease ran out)`;
+
 /** One instance of a dead host: settled, and started (or placed in standby) elsewhere when it should run. */
 async function takeOver(deps: Deps, host: HostRec, id: string): Promise<void> {
   const store = deps.store;
-  const now = deps.clock.now();
-  const lost = `host '${host.name}' was lost (its agent's lease ran out)`;
-  const settle = async (tx: Tx, cur: InstanceRec): Promise<InstanceRec | undefined> =>
-    fire(tx, cur, 'exited', {
-      stop_request: null,
-      stop_reason: STOP.P | STOP.F,
-      exit_code: null,
-      stop_code: null,
-      stopped_at: new Date(now).toISOString(),
-      restart_next_at: null,
-      runtime: {},
-    });
-  const elsewhere = (i: InstanceRec) =>
-    i.desired === 'running' && (i.restart_policy !== 'never' || i.features.includes('scale-to-zero'));
+  const lost = lostText(host);
   try {
-    await store.tx(async (tx) => {
-      const cur = await tx.instances.getAny(id);
-      if (!cur || cur.host_id !== host.id) return;
-      if (cur.state === 'standby') {
-        // no VM to lose: it waits for traffic on another host (its snapshot, if any, was a file on the lost one)
-        await deps.placement.moveInTx(tx, cur);
-        if (cur.snapshot) await tx.instances.updateStatus(cur.id, { snapshot: null });
-        tx.events.notice(cur, `${lost}: it waits in standby on another host`);
-        return;
-      }
-      if (!LIVE.has(cur.state)) return;
-      const stopped = await settle(tx, cur);
-      if (!stopped || !elsewhere(cur)) {
-        tx.events.notice(cur, `${lost}: the instance stopped`);
-        return;
-      }
-      const user = (await tx.users.get(cur.user_id))!;
-      await deps.instances.startInTx(tx, user, stopped, false);
-      tx.events.notice(cur, `${lost}: the instance starts on another host`);
-    });
+    await store.tx((tx) => takeOverInTx(deps, tx, host, id));
   } catch (e) {
     // no host has room (or it is pinned to the lost host by a volume): stopped, with the reason said
     await store.tx(async (tx) => {
       const cur = await tx.instances.getAny(id);
       if (!cur || cur.host_id !== host.id) return;
-      if (LIVE.has(cur.state) && cur.state !== 'standby') await settle(tx, cur);
+      if (LIVE.has(cur.state) && cur.state !== 'standby') await settle(deps, tx, cur);
       tx.events.notice(cur, `${lost}; it could not start elsewhere: ${(e as Error).message}`);
     });
   }
+}
+
+/** The instance's VM went with its host: stopped by the platform (forced), no restart pending. */
+function settle(deps: Deps, tx: Tx, cur: InstanceRec): Promise<InstanceRec | undefined> {
+  return fire(tx, cur, 'exited', {
+    stop_request: null,
+    stop_reason: STOP.P | STOP.F,
+    exit_code: null,
+    stop_code: null,
+    stopped_at: new Date(deps.clock.now()).toISOString(),
+    restart_next_at: null,
+    runtime: {},
+  });
+}
+
+/** takeOver's work in `tx`; throws when the instance cannot be placed on another host. */
+async function takeOverInTx(deps: Deps, tx: Tx, host: HostRec, id: string): Promise<void> {
+  const lost = lostText(host);
+  const elsewhere = (i: InstanceRec) =>
+    i.desired === 'running' && (i.restart_policy !== 'never' || i.features.includes('scale-to-zero'));
+  const cur = await tx.instances.getAny(id);
+  if (!cur || cur.host_id !== host.id) return;
+  if (cur.state === 'standby') {
+    // no VM to lose: it waits for traffic on another host (its snapshot, if any, was a file on the lost one)
+    await deps.placement.moveInTx(tx, cur);
+    if (cur.snapshot) await tx.instances.updateStatus(cur.id, { snapshot: null });
+    tx.events.notice(cur, `${lost}: it waits in standby on another host`);
+    return;
+  }
+  if (!LIVE.has(cur.state)) return;
+  const stopped = await settle(deps, tx, cur);
+  if (!stopped || !elsewhere(cur)) {
+    tx.events.notice(cur, `${lost}: the instance stopped`);
+    return;
+  }
+  const user = (await tx.users.get(cur.user_id))!;
+  await deps.instances.startInTx(tx, user, stopped, false);
+  tx.events.notice(cur, `${lost}: the instance starts on another host`);
 }
 
 /**

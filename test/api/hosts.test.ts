@@ -259,13 +259,22 @@ describe('many hosts on one PostgreSQL', { skip }, () => {
   test('a host whose agent ends is dead after its lease; its instances that should run start elsewhere', async () => {
     const h2 = agents.h2!;
     const h2id = h2.daemon.services.hostId;
-    // one of each on h2: restart always (moves), never (stops), a stopped one (stays until started)
+    // on h2: restart always (moves), never (stops), always but pinned by its volume (stops, the reason said)
     const s = api.daemon.services.hosts;
     for (const h of ['h1', 'h3']) await s.mark(h, 'cordoned');
     const always = await create(api, { name: 'keep', memory_mb: 64, restart_policy: 'always', wait_timeout_ms: 5000 });
     const never = await create(api, { name: 'once', memory_mb: 64, restart_policy: 'never', wait_timeout_ms: 5000 });
+    const made = await api.call('POST', '/v1/volumes', token, { name: 'pin', size_mb: 8 });
+    assert.equal(made.status, 200, made.text);
+    const pinned = await create(api, {
+      name: 'pinned',
+      memory_mb: 16, // h2 has room for two of 64 MB and this one
+      restart_policy: 'always',
+      volumes: [{ uuid: entries(made)[0].uuid, at: '/data' }],
+      wait_timeout_ms: 5000,
+    });
     for (const h of ['h1', 'h3']) await s.mark(h, 'live');
-    for (const e of [always, never]) assert.equal(await hostName(e.uuid), 'h2', JSON.stringify(e));
+    for (const e of [always, never, pinned]) assert.equal(await hostName(e.uuid), 'h2', JSON.stringify(e));
     const epoch = (await hosts()).find((h) => h.name === 'h2')!.epoch;
 
     await h2.close(); // the agent ends: nobody renews the lease
@@ -281,11 +290,17 @@ describe('many hosts on one PostgreSQL', { skip }, () => {
     }, 10_000);
     const moved = (await inst(always.uuid))!;
     assert.notEqual(moved.host_id, h2id);
-    // each instance of the dead host is taken over in a transaction of its own: the other may come second
+    // the pinned one cannot move, so the batch of all three is taken over one instance at a time: the others
+    // may come later
     await api.until(async () => (await inst(never.uuid))?.state === 'stopped', 10_000);
     const stopped = (await inst(never.uuid))!;
     assert.deepEqual([stopped.state, stopped.stop_reason], ['stopped', 20], 'platform, forced: its VM was lost');
     assert.match(await notices(always.uuid), /host 'h2' was lost .*starts on another host/);
+    await api.until(async () => (await inst(pinned.uuid))?.state === 'stopped', 10_000);
+    const stays = (await inst(pinned.uuid))!;
+    assert.deepEqual([stays.stop_reason, stays.host_id], [20, h2id]);
+    assert.match(await notices(pinned.uuid), /host 'h2' was lost .*could not start elsewhere: .*volume 'pin'/);
+    await api.call('DELETE', `/v1/instances/${pinned.uuid}`, token);
     // a start of the stopped one places it on a live host
     const r = entries(await api.call('PUT', `/v1/instances/${never.uuid}/start`, token, { wait_timeout_ms: 5000 }))[0];
     assert.equal(r.state, 'running', JSON.stringify(r));
