@@ -132,8 +132,11 @@ export class HostLease implements Controller {
       return;
     }
     if (r.ok) {
+      // ran out on this loop's clock before this outcome came (renewals that failed, or outcomes passed on
+      // late by a busy loop): what was put off meanwhile is looked at again
+      const lapsed = !this.held();
       this.took(this.epoch, r.at, true);
-      if (!this.wasHeld) {
+      if (!this.wasHeld || lapsed) {
         this.hooks.log.info({ epoch: this.epoch }, 'host lease held again');
         this.hooks.regained();
       }

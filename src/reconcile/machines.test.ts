@@ -268,3 +268,20 @@ test("a boot's ready mark whose transaction failed is recorded by the retried re
   assert.equal(r.state, 'running', 'recorded at the retry, long before the 60 s boot timeout');
   assert.ok(r.boot_time_us !== null);
 });
+
+test("a boot's marks that come while the lease is not held are recorded once it is held again, not lost until the boot timeout", async () => {
+  let held = true;
+  const w = await world({ bootTimeoutMs: 60_000, lease: { held: () => held } });
+  const id = await create(w);
+  assert.ok(w.d.running.has(id));
+  held = false; // fenced for a moment: the agent's loop saw its renewals late
+  w.d.ready(id);
+  await settle(w);
+  assert.equal((await rec(w, id)).state, 'starting', 'nothing recorded while fenced');
+  held = true;
+  w.c.regained();
+  await settle(w);
+  const r = await rec(w, id);
+  assert.equal(r.state, 'running', 'the ready mark kept while fenced is recorded when the lease is held again');
+  assert.ok(r.boot_time_us !== null);
+});

@@ -526,8 +526,12 @@ export class MachineController implements Controller {
 
   private async onVmEvent(id: string, ev: MachineEvent | MarkEvent): Promise<void> {
     if (!this.held()) {
-      // fenced: an end is recorded once the lease is held again (if the instance is still this host's)
+      // fenced: an end, or a mark of the boot, is recorded once the lease is held again (if the instance is
+      // still this host's). A mark dropped here leaves a booted instance `starting` until its boot timeout
+      // (the likely cause of one seen in bench/hosts: an agent busy with boots passes its renewals on late).
       if (ev.type === 'exit') this.unrecordedExits.set(id, ev);
+      else
+        this.unrecordedMarks.set(id, (this.unrecordedMarks.get(id) ?? new Map<string, MarkEvent>()).set(ev.type, ev));
       return;
     }
     const found = await this.s.store.read((tx) => tx.instances.getAny(id));

@@ -177,6 +177,8 @@ export async function world(
     capacity?: Partial<Config['capacity']>;
     /** the network's hooks (default: none, instances boot without a NIC) */
     network?: NetworkHooks;
+    /** the host's lease (default: always held) */
+    lease?: { held(): boolean };
   } = {},
   dir?: string,
 ): Promise<World> {
@@ -209,6 +211,7 @@ export async function world(
     bootTimeoutMs: opts.bootTimeoutMs ?? 60_000,
     beforeStop: opts.beforeStop,
     ...(opts.network ? { network: opts.network } : {}),
+    ...(opts.lease ? { lease: opts.lease } : {}),
   });
   const existing = await s.store.read((tx) => tx.users.getByName('alice'));
   const user = existing ?? (await s.users.create('alice', false)).user;
