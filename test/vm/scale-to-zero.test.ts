@@ -72,8 +72,15 @@ if (!insideTestNetns()) {
       return { ...e, fqdn: e.service_group.domains[0].fqdn as string };
     }
 
+    // The daemon's log at info, kept here: a wake that fails shows what the platform did meanwhile (a rare
+    // failure in CI left no trace). UNIHOST_TEST_LOG prints it instead.
+    const kept: string[] = [];
+    const since = (n: number): string => `\ndaemon log meanwhile:\n${kept.slice(n).join('').slice(-4000)}`;
+
     before(async () => {
-      const log = pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' });
+      const log = process.env.UNIHOST_TEST_LOG
+        ? pino({ level: process.env.UNIHOST_TEST_LOG })
+        : pino({ level: 'info' }, { write: (line: string) => void kept.push(line) });
       h = await startHarness(
         {
           machines: { accel: 'tcg', bootTimeoutMs: 60_000 },
@@ -81,6 +88,7 @@ if (!insideTestNetns()) {
           network: { enabled: true, bridge: 'uhbr0', dns: false },
         },
         (s) => defaultControllers(s, log),
+        { logger: log },
       );
       const images = h.daemon.services.images;
       await importGuestImages(images, guestOut());
@@ -112,9 +120,10 @@ if (!insideTestNetns()) {
         assert.equal(i.stop_reason, 7, 'the platform stopped it and the guest shut down cleanly');
 
         const t0 = Date.now();
+        const mark = kept.length;
         const woke = await viaGateway(web.fqdn, agent);
         process.stderr.write(`standby -> first answer through the gateway (Linux http): ${Date.now() - t0} ms\n`);
-        assert.equal(woke.status, 200, woke.body);
+        assert.equal(woke.status, 200, `${woke.body}${since(mark)}`);
         assert.match(woke.body, /hello from unihost http/);
         i = await get('web');
         assert.equal(i.state, 'running');
@@ -149,9 +158,14 @@ if (!insideTestNetns()) {
         // c-http ignores shutdown requests: the platform's stop ends it at once (forced, 20)
         assert.equal((await get('uk')).stop_reason, 20);
         const t0 = Date.now();
+        const mark = kept.length;
         const answer = await tlsGet(gwc.dataPlane!.boundPort(8443)!, web.fqdn, ca);
         process.stderr.write(`standby -> first answer through the gateway (c-http, TCP): ${Date.now() - t0} ms\n`);
-        assert.match(answer, /^HTTP\/1\.1 200[\s\S]*Hello from Unikraft!/);
+        assert.match(
+          answer,
+          /^HTTP\/1\.1 200[\s\S]*Hello from Unikraft!/,
+          `answer ${JSON.stringify(answer)}${since(mark)}`,
+        );
         const i = await get('uk');
         assert.equal(i.state, 'running');
         assert.equal(i.start_count, 2);
