@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
 import { bridgeMacFor, hostGateway, netdevIpArg, parseSubnet } from './address.js';
 import { CommandError, hostRunner, NET_COMMAND_TIMEOUT_MS, type Runner } from './cmd.js';
-import { IpBatch } from './ip-batch.js';
+import { BatchError, IpBatch } from './ip-batch.js';
 import { NftBatch } from './nft-batch.js';
 import type { NetworkDriver, Overlay } from './driver.js';
 import { waitForPort } from './probe.js';
@@ -98,7 +98,7 @@ export class HostNetwork implements NetworkDriver {
    * next (and any after it find the same script and skip it).
    */
   private readonly rulesLock = pLimit(1);
-  private readonly batch: { make: IpBatch; remove: IpBatch; nft: NftBatch } | undefined;
+  private readonly batch: { make: IpBatch; remove: IpBatch; bridge: IpBatch; nft: NftBatch } | undefined;
 
   constructor(opts: HostNetworkOptions) {
     const subnet = parseSubnet(opts.subnet);
@@ -114,12 +114,14 @@ export class HostNetwork implements NetworkDriver {
     // The tap commands go to two running `ip`s (ip-batch.ts; a given runner, e.g. a test's, gets them all):
     // one makes taps, one removes them, as a removal takes 20-40 ms in the kernel and a tap made behind it
     // in one process would wait for it (measured: 0.7 ms to make a tap beside a removal, 18.5 ms behind it).
-    // The ruleset goes to a running `nft -i` too (nft-batch.ts): a spawned `nft` cost 15-25 ms per update.
+    // The ruleset goes to a running `nft -i` too (nft-batch.ts): a spawned `nft` cost 15-25 ms per update;
+    // and the forwarding entries to a running `bridge`: spawned, they were a third of an agent's CPU.
     if (!opts.run) {
       const ns = opts.netns ? ['ip', 'netns', 'exec', opts.netns] : [];
       this.batch = {
         make: new IpBatch([...ns, 'ip'], NET_COMMAND_TIMEOUT_MS),
         remove: new IpBatch([...ns, 'ip'], NET_COMMAND_TIMEOUT_MS),
+        bridge: new IpBatch([...ns, 'bridge'], NET_COMMAND_TIMEOUT_MS, 'bridge'),
         nft: new NftBatch([...ns, 'nft'], NET_COMMAND_TIMEOUT_MS),
       };
     }
@@ -129,6 +131,21 @@ export class HostNetwork implements NetworkDriver {
   private async ipLines(lines: string[], to: 'make' | 'remove' = 'make'): Promise<void> {
     if (this.batch) return this.batch[to].run(lines);
     await this.run(['ip', '-batch', '-'], lines.join('\n') + '\n');
+  }
+
+  /** `bridge` commands, one per line: to a running `bridge`, or one `bridge -batch` through the runner. */
+  private async bridgeLines(lines: string[]): Promise<void> {
+    if (!this.batch) return void (await this.run(['bridge', '-batch', '-'], lines.join('\n') + '\n'));
+    try {
+      await this.batch.bridge.run(lines);
+    } catch (e) {
+      // A device made again under a name the running `bridge` knew (the VXLAN port; a tap renamed at a
+      // warm restore) is an unknown index to it: those lines go to a new `bridge`, and the running one is
+      // replaced (IpBatch.renew).
+      if (!(e instanceof BatchError) || !/unknown ifindex/i.test(e.stderr)) throw e;
+      this.batch.bridge.renew();
+      await this.run(['bridge', '-batch', '-'], e.failed.join('\n') + '\n');
+    }
   }
 
   /** Runs `f` alone: after the tap changes under way, with none starting until it ends. */
@@ -310,7 +327,7 @@ export class HostNetwork implements NetworkDriver {
         }
       }
       if (step.old && step.old.ip !== spec.ip) await this.forgetNeighbour(step.old.ip);
-      if (this.overlay) await this.run(['bridge', '-batch', '-'], pinLine(spec) + '\n');
+      if (this.overlay) await this.bridgeLines([pinLine(spec)]);
     })();
     admitted.catch(() => undefined); // the caller awaits it; no unhandled rejection meanwhile
     return { admitted };
@@ -553,7 +570,7 @@ export class HostNetwork implements NetworkDriver {
     // and would send its frames there until it speaks first. Its tap's entry is pinned instead.
     // (taps made while the overlay is on are pinned as they are made: ensureTap)
     if (fromKernel) for (const t of this.taps.values()) lines.push(pinLine(t));
-    if (lines.length) await this.run(['bridge', '-batch', '-'], lines.join('\n') + '\n');
+    if (lines.length) await this.bridgeLines(lines);
     this.fdb = want;
   }
 

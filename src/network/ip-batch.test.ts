@@ -1,9 +1,10 @@
 // The long-lived `ip` (ip-batch.ts) against the real `ip`, with commands that change nothing on the host:
 // failures are told to the request whose line failed, a dead or silent process fails what it had and is
 // started again.
+import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { IpBatch } from './ip-batch.js';
+import { BatchError, IpBatch } from './ip-batch.js';
 import { CommandError } from './cmd.js';
 
 test('each request learns of its own failed lines only; the process serves many requests', async () => {
@@ -61,3 +62,52 @@ test('a process that does not answer is killed at the deadline; the request fail
   assert.ok(Date.now() - t0 < 5000);
   b.close();
 });
+
+test(
+  'the same for bridge: forwarding entries written by one running bridge, failures told to their request',
+  { skip: process.getuid?.() !== 0 && 'needs root (a network namespace of its own)' },
+  async () => {
+    const ns = `uhbb-${process.pid}`;
+    const ip = (...a: string[]) => execFileSync('ip', ['-n', ns, ...a]);
+    execFileSync('ip', ['netns', 'add', ns]);
+    const b = new IpBatch(['ip', 'netns', 'exec', ns, 'bridge'], 5000, 'bridge');
+    try {
+      ip('link', 'add', 'br0', 'type', 'bridge');
+      ip('tuntap', 'add', 'dev', 'd0', 'mode', 'tap');
+      ip('link', 'set', 'd0', 'master', 'br0');
+      const [bad, good] = await Promise.allSettled([
+        b.run(['fdb replace 02:00:00:00:00:01 dev uhnosuch0 master static']),
+        b.run([
+          'fdb replace 02:00:00:00:00:02 dev d0 master static',
+          'fdb replace 02:00:00:00:00:03 dev d0 master static',
+        ]),
+      ]);
+      assert.equal(bad.status, 'rejected');
+      assert.match(
+        ((bad as PromiseRejectedResult).reason as CommandError).stderr,
+        /uhnosuch0 master static: Cannot find device "uhnosuch0"/,
+      );
+      assert.equal(good.status, 'fulfilled');
+      await b.run(['fdb del 02:00:00:00:00:03 dev d0 master']);
+      const fdb = execFileSync('bridge', ['-n', ns, 'fdb', 'show', 'dev', 'd0'], { encoding: 'utf8' });
+      assert.match(fdb, /^02:00:00:00:00:02 .*static/m);
+      assert.doesNotMatch(fdb, /02:00:00:00:00:03/);
+      await assert.rejects(b.run(['fdb show dev d0']), /bridge batch: .* is not one command that prints nothing/);
+      // a device made again under a name it knew is an unknown index to a running bridge, until it is renewed
+      ip('link', 'del', 'd0');
+      ip('tuntap', 'add', 'dev', 'd0', 'mode', 'tap');
+      ip('link', 'set', 'd0', 'master', 'br0');
+      const line = 'fdb replace 02:00:00:00:00:04 dev d0 master static';
+      await assert.rejects(b.run([line]), (e: BatchError) => /unknown ifindex/i.test(e.stderr) && e.failed[0] === line);
+      b.renew();
+      await b.run([line]);
+      assert.match(
+        execFileSync('bridge', ['-n', ns, 'fdb', 'show', 'dev', 'd0'], { encoding: 'utf8' }),
+        /^02:00:00:00:00:04 /m,
+      );
+    } finally {
+      b.close();
+      execFileSync('ip', ['netns', 'del', ns]);
+    }
+  },
+);

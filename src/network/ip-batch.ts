@@ -9,20 +9,33 @@ interface Pending {
   first: number;
   lines: string[];
   errors: string[];
+  /** its lines that failed */
+  failed: string[];
   resolve: () => void;
   reject: (e: Error) => void;
   timer: NodeJS.Timeout;
 }
 
-/** The one line `-o link show dev lo` prints: the marker that the lines before it are done. */
-const MARKER = 'link show dev lo';
-const MARKER_OUT = /^\d+: lo[:@]/;
+/**
+ * How each tool runs batches: its flags, and a marker command whose one line
+ * of output says that the lines before it are done. `ip -o link show dev lo`
+ * prints lo's line; `bridge -j link show dev lo` prints `[]` (lo is never a
+ * bridge port).
+ */
+const TOOLS = {
+  ip: { flags: ['-o', '-force', '-batch', '-'], marker: 'link show dev lo', markerOut: /^\d+: lo[:@]/ },
+  bridge: { flags: ['-j', '-force', '-batch', '-'], marker: 'link show dev lo', markerOut: /^\[\]$/ },
+} as const;
 const FAILED = /^Command failed -:(\d+)$/;
 
 /**
  * One long-lived `ip -o -force -batch -` for the `ip` commands on a boot's
  * path (a tap made, a tap deleted): a new `ip` process costs 5-15 ms per
- * tap (more under load), a few lines to a running one well under 1 ms. `ip`
+ * tap (more under load), a few lines to a running one well under 1 ms. The
+ * same with `bridge` (`tool`): the hosts' forwarding entries and each tap's
+ * pinned MAC, which a spawned `bridge` each cost an agent more CPU than any
+ * other of its work (bench/hosts: a third of it, the spawn's fork of the
+ * daemon's large process done on its event loop). `ip`
  * answers each input line in order and flushes after each; `-force` goes
  * on after a failed line and names it (`Command failed -:<line number>`,
  * after its message, on stderr: joined to stdout here, so both come in
@@ -40,28 +53,43 @@ export class IpBatch {
   private written = 0;
   private readonly pending: Pending[] = [];
   private errLines: string[] = [];
+  /** replace the process once its requests are answered (`renew`) */
+  private renewing = false;
 
   constructor(
-    /** the command: `['ip']`, or `['ip', 'netns', 'exec', ns, 'ip']` */
+    /** the command: `['ip']`, or `['ip', 'netns', 'exec', ns, 'ip']` (`bridge` in place of `ip` for that tool) */
     private readonly cmd: string[],
     private readonly timeoutMs: number,
+    private readonly tool: keyof typeof TOOLS = 'ip',
   ) {}
 
-  /** Runs `lines` (`ip` commands without the leading `ip`); rejects naming the lines that failed. */
+  /** Runs `lines` (commands without the leading `ip` or `bridge`); rejects naming the lines that failed. */
   run(lines: string[]): Promise<void> {
     // a request prints nothing when it works: output of its own would be taken for markers
     const bad = lines.find((l) => l.includes('\n') || /^\S+\s+(show|list|get|monitor)\b/.test(l));
     if (bad !== undefined)
-      return Promise.reject(new Error(`ip batch: '${bad}' is not one command that prints nothing`));
+      return Promise.reject(new Error(`${this.tool} batch: '${bad}' is not one command that prints nothing`));
     if (lines.length === 0) return Promise.resolve();
     const p = this.process();
     return new Promise<void>((resolve, reject) => {
       const first = this.written + 1;
       this.written += lines.length + 1;
       const timer = setTimeout(() => this.end(p, `no answer in ${this.timeoutMs} ms`, this.timeoutMs), this.timeoutMs);
-      this.pending.push({ end: this.written, first, lines, errors: [], resolve, reject, timer });
-      p.stdin!.write(`${lines.join('\n')}\n${MARKER}\n`);
+      this.pending.push({ end: this.written, first, lines, errors: [], failed: [], resolve, reject, timer });
+      p.stdin!.write(`${lines.join('\n')}\n${TOOLS[this.tool].marker}\n`);
     });
+  }
+
+  /**
+   * Replaces the process once the requests it has are answered (at once when
+   * it has none): `bridge` keeps the index of every device it named, so a
+   * device made again under the same name (the VXLAN port; a tap that a warm
+   * restore renamed) is an `unknown ifindex` to it from then on.
+   */
+  renew(): void {
+    if (!this.p) return;
+    if (this.pending.length === 0) this.end(this.p, 'renewed');
+    else this.renewing = true;
   }
 
   /** Ends the process; requests under way fail. */
@@ -72,25 +100,27 @@ export class IpBatch {
   private process(): ChildProcess {
     if (this.p) return this.p;
     // stderr into stdout: a failed line's message comes before the next marker, in one ordered stream
-    const p: ChildProcess = startLineProcess([...this.cmd, '-o', '-force', '-batch', '-'], {
-      name: 'ip',
+    const p: ChildProcess = startLineProcess([...this.cmd, ...TOOLS[this.tool].flags], {
+      name: this.tool,
       onLine: (l) => this.line(l),
       onEnd: (why) => this.end(p, why),
     });
     this.p = p;
     this.written = 0;
     this.errLines = [];
+    this.renewing = false;
     return p;
   }
 
   /** One line of output: a marker (the oldest request is done), a failed line's number, or an error message. */
   private line(line: string): void {
-    if (MARKER_OUT.test(line)) {
+    if (TOOLS[this.tool].markerOut.test(line)) {
       const req = this.pending.shift();
       if (!req) return;
       clearTimeout(req.timer);
       if (req.errors.length === 0) req.resolve();
-      else req.reject(new CommandError(['ip', '-batch', '-'], 1, req.errors.join('\n')));
+      else req.reject(new BatchError(this.tool, req.errors.join('\n'), req.failed));
+      if (this.renewing && this.pending.length === 0 && this.p) this.end(this.p, 'renewed');
       return;
     }
     const m = FAILED.exec(line);
@@ -100,6 +130,7 @@ export class IpBatch {
     }
     const n = Number(m[1]);
     const req = this.pending.find((r) => n >= r.first && n < r.end);
+    req?.failed.push(req.lines[n - req.first]!);
     req?.errors.push(`${req.lines[n - req.first]}: ${this.errLines.join('; ') || 'failed'}`);
     this.errLines = [];
   }
@@ -110,7 +141,18 @@ export class IpBatch {
     p.kill('SIGKILL');
     for (const req of this.pending.splice(0)) {
       clearTimeout(req.timer);
-      req.reject(new CommandError(['ip', '-batch', '-'], null, why, '', timeoutMs));
+      req.reject(new CommandError([this.tool, '-batch', '-'], null, why, '', timeoutMs));
     }
+  }
+}
+
+/** A request's failed lines: the error names each with its message; `failed` holds the lines themselves. */
+export class BatchError extends CommandError {
+  constructor(
+    tool: string,
+    stderr: string,
+    readonly failed: string[],
+  ) {
+    super([tool, '-batch', '-'], 1, stderr);
   }
 }
