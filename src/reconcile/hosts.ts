@@ -173,10 +173,30 @@ export async function drainStep(deps: Deps, host: HostRec): Promise<number> {
 }
 
 /**
+ * When a keeper looks at the hosts next, in ms from `now`: a quarter lease
+ * at most, and at the moment another host's lease plus DEAD_AFTER_MS runs
+ * out if that comes first. A host renewing stays seconds away from it; one
+ * that stopped renewing is acted on when its time is up, not up to a
+ * quarter lease later (a failover's wait on the keeper's timer, 0-750 ms of
+ * a 3 s lease, was on every failover's path).
+ */
+export function nextLookMs(hosts: HostRec[], selfId: string, leaseMs: number, now = Date.now()): number {
+  let wait = leaseMs / 4;
+  for (const h of hosts) {
+    if (h.id === selfId || h.state === 'dead' || h.lease_expires_at === null) continue;
+    const due = Date.parse(h.lease_expires_at) + DEAD_AFTER_MS - now;
+    // due already (another keeper's transaction may be ahead): the quarter lease's look comes soon enough
+    if (due > 0) wait = Math.min(wait, due + 5);
+  }
+  return wait;
+}
+
+/**
  * Watches the hosts (every process with the api or agent role runs one; the
  * store's transactions make them agree): marks a host whose lease ran out
  * dead and takes its instances over, and moves the instances of draining
- * hosts, a step every quarter lease.
+ * hosts, a step every quarter lease and when a lease is due to run out
+ * (`nextLookMs`).
  */
 export class HostKeeper implements Controller {
   private timer: NodeJS.Timeout | undefined;
@@ -192,25 +212,33 @@ export class HostKeeper implements Controller {
     this.schedule();
   }
 
-  private schedule(): void {
+  private schedule(waitMs = this.s.config.host.leaseMs / 4): void {
     if (this.closed) return;
     this.timer = setTimeout(() => {
-      this.busy = this.step().finally(() => this.schedule());
-    }, this.s.config.host.leaseMs / 4);
+      let next: number | undefined;
+      this.busy = this.step()
+        .then((ms) => {
+          next = ms;
+        })
+        .finally(() => this.schedule(next));
+    }, waitMs);
   }
 
-  /** One look at the hosts: failover, then a drain step of each draining host. */
-  async step(): Promise<void> {
+  /** One look at the hosts: failover, then a drain step of each draining host. Returns when to look next. */
+  async step(): Promise<number | undefined> {
     try {
       const dead = await failOverDeadHosts(this.s);
       for (const name of dead) this.log.warn({ host: name }, 'host lease ran out: host dead, its instances taken over');
-      for (const h of await this.s.store.read((tx) => tx.hosts.list()))
+      const hosts = await this.s.store.read((tx) => tx.hosts.list());
+      for (const h of hosts)
         if (h.state === 'draining') {
           const n = await drainStep(this.s, h);
           if (n > 0) this.log.info({ host: h.name, moved: n }, 'drain: instances moving to other hosts');
         }
+      return nextLookMs(hosts, this.s.hostId, this.s.config.host.leaseMs);
     } catch (e) {
       this.log.warn({ err: e }, 'looking at the hosts failed (tried again shortly)');
+      return undefined;
     }
   }
 
