@@ -74,9 +74,8 @@ const types = {
 };
 
 /**
- * Publishes what committed up to revision `rev`, in one statement outside a
- * transaction (read committed), by the holder of COMMIT_LOCK right after its
- * commit: numbers the events that have no `user_seq` yet (each user's in id
+ * Publishes what committed up to revision `rev`, in one statement (read
+ * committed), by the holder of COMMIT_LOCK right after its commit: numbers the events that have no `user_seq` yet (each user's in id
  * order after that user's newest number: 1, 2, 3 ...), then moves the feed's
  * head (`feed_head`, the newest revision readers may see) to `rev`. Readers
  * of the feed never see a change before its events have their numbers. A
@@ -85,16 +84,19 @@ const types = {
  * next store opened.
  */
 async function publish(c: pg.ClientBase, rev: number): Promise<void> {
-  await c.query(
-    `WITH numbered AS (
+  await c.query(publishSql(rev));
+}
+
+/** publish's statement, its revision written in (a number: nothing to quote), for a batch of statements. */
+function publishSql(rev: number): string {
+  if (!Number.isSafeInteger(rev)) throw new Error(`not a revision: ${rev}`);
+  return `WITH numbered AS (
        UPDATE events e SET user_seq = n.seq
          FROM (SELECT u.id, coalesce((SELECT max(x.user_seq) FROM events x WHERE x.user_id = u.user_id), 0)
                           + row_number() OVER (PARTITION BY u.user_id ORDER BY u.id) AS seq
                  FROM events u WHERE u.user_seq IS NULL) n
         WHERE e.id = n.id RETURNING 1)
-     UPDATE feed_head SET rev = greatest(rev, $1)`,
-    [rev],
-  );
+     UPDATE feed_head SET rev = greatest(rev, ${rev})`;
 }
 
 /** Connection settings of a target, for the pool and the listener. */
@@ -388,12 +390,22 @@ export class PostgresStore implements Store {
         throw e;
       }
       if (rev > 0) {
-        await publish(c, rev);
-        await c.query(`SELECT pg_notify('${CHANNEL}', '')`);
+        // one round trip for the rest of COMMIT_LOCK's hold (every commit of every process waits for it):
+        // published and announced in a transaction of their own, then the lock let go. If any of it fails,
+        // the connection is dropped, and the lock goes with its session.
+        committing = false;
+        try {
+          await c.query(
+            `BEGIN; ${publishSql(rev)}; SELECT pg_notify('${CHANNEL}', ''); COMMIT; SELECT pg_advisory_unlock(${COMMIT_LOCK})`,
+          );
+        } catch (e) {
+          broken = true;
+          throw e;
+        }
       }
       return { result, rev };
     } catch (e) {
-      broken = isUnreachable(e) || isStalePlan(e);
+      broken ||= isUnreachable(e) || isStalePlan(e);
       throw e;
     } finally {
       if (committing && !broken)
@@ -416,38 +428,41 @@ export class PostgresStore implements Store {
    */
   private async flush(q: Query, p: Pending): Promise<number> {
     const changes = [...p.changes.values()];
-    await q('SELECT pg_advisory_lock($1)', [COMMIT_LOCK]);
-    const revs = await q(
-      `INSERT INTO changes (rev, kind, id)
-         SELECT nextval('revisions'), k, i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS c(k, i, n)
-         ORDER BY n RETURNING rev`,
-      [changes.map((c) => c.kind), changes.map((c) => c.id)],
-    );
     const e = p.events;
-    if (e.length > 0)
-      await q(
-        `INSERT INTO events (id, user_seq, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
-             stop_reason, exit_code, stop_code, message)
+    // One statement: the lock (session-level, kept past the commit until `publish`), then the changes and
+    // events numbered under it. Each INSERT reads its rows through a join with `held`, so no revision or
+    // event id is drawn before the lock is: the join yields nothing until `held` has its row.
+    const revs = await q(
+      `WITH held AS MATERIALIZED (SELECT pg_advisory_lock($13) AS l),
+       ch AS (INSERT INTO changes (rev, kind, id)
+         SELECT nextval('revisions'), k, i FROM held, unnest($14::text[], $15::text[]) WITH ORDINALITY AS c(k, i, n)
+         ORDER BY n RETURNING rev),
+       ev AS (INSERT INTO events (id, user_seq, at, user_id, instance_id, instance_name, group_id, type, from_state,
+             to_state, stop_reason, exit_code, stop_code, message)
            SELECT nextval('event_ids'), NULL, a, u, i, nm, g, ty, f, tt, sr, ec, sc, ms
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-               $9::int[], $10::int[], $11::bigint[], $12::text[])
+             FROM held, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+               $8::text[], $9::int[], $10::int[], $11::bigint[], $12::text[])
                WITH ORDINALITY AS ev(a, u, i, nm, g, ty, f, tt, sr, ec, sc, ms, n)
-             ORDER BY n`,
-        [
-          e.map((x) => x.at),
-          e.map((x) => x.user_id),
-          e.map((x) => x.instance_id),
-          e.map((x) => x.instance_name),
-          e.map((x) => x.group_id),
-          e.map((x) => x.type),
-          e.map((x) => x.from_state),
-          e.map((x) => x.to_state),
-          e.map((x) => x.stop_reason),
-          e.map((x) => x.exit_code),
-          e.map((x) => x.stop_code),
-          e.map((x) => x.message),
-        ],
-      );
+             ORDER BY n)
+       SELECT rev FROM ch`,
+      [
+        e.map((x) => x.at),
+        e.map((x) => x.user_id),
+        e.map((x) => x.instance_id),
+        e.map((x) => x.instance_name),
+        e.map((x) => x.group_id),
+        e.map((x) => x.type),
+        e.map((x) => x.from_state),
+        e.map((x) => x.to_state),
+        e.map((x) => x.stop_reason),
+        e.map((x) => x.exit_code),
+        e.map((x) => x.stop_code),
+        e.map((x) => x.message),
+        COMMIT_LOCK,
+        changes.map((c) => c.kind),
+        changes.map((c) => c.id),
+      ],
+    );
     return Math.max(...revs.map((r) => Number(r.rev)));
   }
 
