@@ -108,9 +108,12 @@ export class MachineController implements Controller {
     this.bootTimeoutMs = o.bootTimeoutMs ?? 180_000;
     this.stopTimeoutMs = o.stopTimeoutMs ?? 15_000;
     // Events after stop() (a VM ending while the daemon shuts down) are left to the next start's adoption.
-    this.driver = o.driver((id, ev) =>
-      this.closed ? Promise.resolve() : this.queue.run(id, () => this.onVmEvent(id, ev)),
-    );
+    this.driver = o.driver((id, ev) => {
+      if (this.closed) return Promise.resolve();
+      // the port probe starts at once; the mark is recorded in its turn (ReadinessProbes)
+      if (ev.type === 'ready') this.probes?.ready(id);
+      return this.queue.run(id, () => this.onVmEvent(id, ev));
+    });
     this.snapshots = new Snapshots(this.s, this.driver, o.log, (id, m) => this.note(id, m));
     this.chooser = this.driver.machineChooser?.();
     const d = this.driver;
@@ -491,6 +494,7 @@ export class MachineController implements Controller {
         volumes.map((v) => v.id),
       );
       rt = await this.driver.start(plan.spec);
+      if (inst.private_ip) this.probes?.expect(inst.id, inst.private_ip, plan.readyPorts);
     } catch (e) {
       this.vmVolumes.untrack(inst.id);
       await this.detachNet(inst.id);
