@@ -214,13 +214,9 @@ export class HostKeeper implements Controller {
 
   private schedule(waitMs = this.s.config.host.leaseMs / 4): void {
     if (this.closed) return;
+    // step() never rejects: it logs what failed and says when to look next
     this.timer = setTimeout(() => {
-      let next: number | undefined;
-      this.busy = this.step()
-        .then((ms) => {
-          next = ms;
-        })
-        .finally(() => this.schedule(next));
+      this.busy = this.step().then((ms) => this.schedule(ms));
     }, waitMs);
   }
 

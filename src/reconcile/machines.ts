@@ -534,8 +534,7 @@ export class MachineController implements Controller {
       // still this host's). A mark dropped here leaves a booted instance `starting` until its boot timeout
       // (the likely cause of one seen in bench/hosts: an agent busy with boots passes its renewals on late).
       if (ev.type === 'exit') this.unrecordedExits.set(id, ev);
-      else
-        this.unrecordedMarks.set(id, (this.unrecordedMarks.get(id) ?? new Map<string, MarkEvent>()).set(ev.type, ev));
+      else this.keepMark(id, ev);
       return;
     }
     const found = await this.s.store.read((tx) => tx.instances.getAny(id));
@@ -589,12 +588,16 @@ export class MachineController implements Controller {
       });
     } catch (e) {
       // kept until recorded, as a VM's end is: the retried reconcile records it
-      const kept = this.unrecordedMarks.get(id) ?? new Map<string, MarkEvent>();
-      this.unrecordedMarks.set(id, kept.set(ev.type, ev));
+      this.keepMark(id, ev);
       throw e;
     }
     const kept = this.unrecordedMarks.get(id);
     if (kept?.delete(ev.type) && kept.size === 0) this.unrecordedMarks.delete(id);
+  }
+
+  /** A mark of this boot not recorded yet: recorded when the instance is looked at again (`unrecordedMarks`). */
+  private keepMark(id: string, ev: MarkEvent): void {
+    this.unrecordedMarks.set(id, (this.unrecordedMarks.get(id) ?? new Map<string, MarkEvent>()).set(ev.type, ev));
   }
 
   /**
