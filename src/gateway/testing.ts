@@ -16,7 +16,7 @@ import tls from 'node:tls';
 import pino from 'pino';
 import { ensureLocalCa, type LocalCa } from './ca.js';
 import { HaproxyDataPlane, type HaproxyPlaneOptions } from './haproxy/plane.js';
-import type { Backend, GatewayOptions, Route } from './types.js';
+import type { Backend, Route } from './types.js';
 
 export const METRO = 'unihost.test';
 export const silent = pino({ level: process.env.GATEWAY_TEST_LOG ?? 'silent' });
@@ -210,7 +210,7 @@ export async function testPlane(
 export async function startGateway(
   routes: Route[],
   table: BackendTable,
-  extra: Partial<GatewayOptions> = {},
+  extra: Partial<HaproxyPlaneOptions> = {},
 ): Promise<HaproxyDataPlane> {
   const dataDir = await mkdtemp(path.join(tmpdir(), 'uh-gw-haproxy-'));
   const gw = await testPlane(dataDir, table, extra);

@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import * as acme from 'acme-client';
-import type { DataPlane } from './types.js';
+import type { HaproxyDataPlane } from './haproxy/plane.js';
+import type { DataPlane, Route } from './types.js';
 import {
   BackendTable,
   backendPair,
@@ -198,5 +199,50 @@ describe('gateway: TLS termination, SNI routing, TCP mode', () => {
     assert.equal(await readUntil(s, () => false), '');
     await table.setState('Ta', 'running');
     await table.setState('Tb', 'running');
+  });
+});
+
+describe('gateway: an instance taken out ahead of its stop', () => {
+  let t: [TestBackend, TestBackend];
+  let gw: HaproxyDataPlane;
+  const table = new BackendTable();
+  const T = 'db-tttt4444.unihost.test';
+  const gT = (): Route => route('gT', 8443, t[0].port, ['tls'], [T]);
+
+  before(async () => {
+    t = await backendPair('tcp', 'T');
+    await table.set('gT', [t[0]]);
+    // reloads a second apart: a change of shape waits its turn, as on a busy platform
+    gw = await startGateway([gT()], table, { minReloadGapMs: 1000 });
+  });
+  after(async () => {
+    await gw.close();
+    for (const x of t) await x.close();
+  });
+
+  test('stays out when it leaves during a reload: the reloaded HAProxy sends it no connection', async () => {
+    const greeting = async () => {
+      const s = await tlsConnect(gw.boundPort(8443)!, T);
+      const text = await readUntil(s, (x) => x.includes('\n'));
+      s.destroy();
+      return text.trim();
+    };
+    assert.equal(await greeting(), 'hello from Ta');
+    // two new ports: the first reload goes at once, the second waits for the gap
+    await gw.setRoutes([gT(), route('gX', 9443, 1, ['tls'], ['x-xxxx.unihost.test'])]);
+    const reloading = gw.setRoutes([
+      gT(),
+      route('gX', 9443, 1, ['tls'], ['x-xxxx.unihost.test']),
+      route('gY', 9444, 1, ['tls'], ['y-yyyy.unihost.test']),
+    ]);
+    // the owner's table (read before the stop) still has it running while the reload waits
+    await new Promise((r) => setTimeout(r, 200));
+    await gw.leave('Ta');
+    await reloading;
+    assert.equal(gw.boundPort(9444) !== undefined, true, 'the reload took place');
+    assert.equal(await greeting(), '', 'no running instance: closed after the handshake');
+    // the next table that has it running (a read after the leave: it runs again) brings it back
+    await gw.setRoutes([gT()]);
+    assert.equal(await greeting(), 'hello from Ta');
   });
 });

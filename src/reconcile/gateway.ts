@@ -12,6 +12,7 @@ import {
 import type { InstanceRec } from '../store/types.js';
 import { follow, RetryingQueue } from './engine.js';
 import { CertInstaller } from './gateway-certs.js';
+import { Departures } from './gateway-departures.js';
 import { Waker } from './wake.js';
 
 const DAY_MS = 86_400_000;
@@ -30,6 +31,8 @@ export class GatewayController implements Controller {
   dataPlane: DataPlane | null = null;
   ca: LocalCa | null = null;
   private backendsByGroup = new Map<string, Backend[]>();
+  /** instances taken out ahead of their stop, until a read of the store after it says what they are */
+  private readonly departures = new Departures();
   private readonly queue: RetryingQueue;
   private off: (() => void) | null = null;
   private offAlpn: (() => void) | null = null;
@@ -129,8 +132,9 @@ export class GatewayController implements Controller {
 
   /** Reads one group's instances into its backend table (what `sync` does for every group). */
   private async refreshGroup(groupId: string): Promise<void> {
+    const read = this.departures.beginRead();
     const list = await this.s.store.read(async (tx) => (await tx.instances.inGroup(groupId)).flatMap(backendOf));
-    this.backendsByGroup = new Map(this.backendsByGroup).set(groupId, list);
+    this.backendsByGroup = new Map(this.backendsByGroup).set(groupId, this.departures.keep(list, read));
   }
 
   /** What scale-to-zero needs to know of an instance's traffic (src/reconcile/autoscale.ts). */
@@ -157,9 +161,17 @@ export class GatewayController implements Controller {
   /**
    * An instance is about to stop (the machine controller's `beforeStop`):
    * the data plane takes it out at once, without waiting for route syncs a
-   * busy platform keeps queued; a plane that cannot waits for them.
+   * busy platform keeps queued; a plane that cannot waits for them. A
+   * backend table read before now (a sync under way) does not bring it back.
    */
   async leave(instanceId: string): Promise<void> {
+    this.departures.leave(instanceId);
+    this.backendsByGroup = new Map(
+      [...this.backendsByGroup].map(([g, list]) => [
+        g,
+        list.map((b) => (b.instanceId === instanceId ? { ...b, state: 'other' as const } : b)),
+      ]),
+    );
     const gw = this.dataPlane;
     if (gw?.leave) return gw.leave(instanceId);
     return this.settled();
@@ -169,6 +181,7 @@ export class GatewayController implements Controller {
   private async sync(): Promise<void> {
     const gw = this.dataPlane;
     if (!gw) return;
+    const read = this.departures.beginRead();
     const { routes, backends, states, custom } = await this.s.store.read(async (tx) => {
       const routes: Route[] = [];
       const backends = new Map<string, Backend[]>();
@@ -220,7 +233,8 @@ export class GatewayController implements Controller {
       return { routes, backends, states, custom };
     });
     await this.certs?.install(custom);
-    this.backendsByGroup = backends;
+    this.backendsByGroup = new Map([...backends].map(([g, list]) => [g, this.departures.keep(list, read)]));
+    this.departures.settle(read);
     // An instance that stopped or crashed is taken out at once: its connections are cut.
     for (const [id, prev] of this.lastState) {
       const now = states.get(id);

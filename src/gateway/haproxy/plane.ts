@@ -77,6 +77,9 @@ export class HaproxyDataPlane implements DataPlane {
   private readonly serial = pLimit(1);
   private closed = false;
   private started = false;
+  /** applies begun so far, and instance id -> applies begun when it left (`leave`): see `apply` */
+  private applies = 0;
+  private readonly leaves = new Map<string, number>();
   private lastReload = 0;
   /** the newest route table not applied yet, and what the last apply gave */
   private wanted: Route[] | null = null;
@@ -214,6 +217,12 @@ export class HaproxyDataPlane implements DataPlane {
 
   /** Brings HAProxy to the wanted state: a reload when the shape changed, runtime commands otherwise. */
   private async apply(forceReload = false): Promise<void> {
+    // The backend table read here is true of instances that left before now (the owner takes them out
+    // of it). One that leaves while this apply runs (a reload can wait a second for its turn) stays in
+    // maintenance: neither the reloaded configuration nor the commands below may bring it back.
+    const n = ++this.applies;
+    for (const [id, at] of this.leaves) if (at < n) this.leaves.delete(id);
+    const leftMeanwhile = (id: string) => (this.leaves.get(id) ?? 0) >= n;
     const byPort = routesByPort(this.routes);
     this.byPortHost = new Map(
       [...byPort].map(([p, rs]) => [p, new Map(rs.flatMap((r) => r.fqdns.map((n) => [n, r])))]),
@@ -258,7 +267,7 @@ export class HaproxyDataPlane implements DataPlane {
       await this.certs.apply(this.proc.admin, this.f, wantCerts);
       // names leave before their slot's servers go; names come after their slot's servers are there
       await applyMaps(this.proc.admin, this.f, this.maps, wantMaps, 'remove');
-      await applyServers(this.proc.admin, this.servers, wantServers);
+      await applyServers(this.proc.admin, this.servers, wantServers, leftMeanwhile);
       await applyMaps(this.proc.admin, this.f, this.maps, wantMaps, 'add');
       this.maps = wantMaps;
     } catch (e) {
@@ -439,6 +448,7 @@ export class HaproxyDataPlane implements DataPlane {
    */
   async leave(instanceId: string): Promise<void> {
     // the next sync enables it again (`state ready`) if the instance runs by then, or deletes it
+    this.leaves.set(instanceId, this.applies);
     if (this.started) await this.setServerState(instanceId, 'maint').catch(() => undefined);
   }
 

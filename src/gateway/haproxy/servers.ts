@@ -59,7 +59,14 @@ export async function cmd(api: RuntimeApi, c: string): Promise<void> {
  * maintenance, their sessions cut and the server deleted. Mutates `have` as
  * commands succeed so a failure leaves it true.
  */
-export async function applyServers(api: RuntimeApi, have: ServerTable, want: ServerTable): Promise<void> {
+export async function applyServers(
+  api: RuntimeApi,
+  have: ServerTable,
+  want: ServerTable,
+  /** instances taken out (HaproxyDataPlane.leave) after `want` was read: they stay in maintenance */
+  left: (instanceId: string) => boolean = () => false,
+): Promise<void> {
+  const haproxyState = { running: 'ready', draining: 'drain', maint: 'maint' } as const;
   for (const [be, servers] of want) {
     const cur = have.get(be) ?? new Map<string, ServerState>();
     have.set(be, cur);
@@ -71,15 +78,16 @@ export async function applyServers(api: RuntimeApi, have: ServerTable, want: Ser
       await cmd(api, `del server ${be}/${name}`);
       cur.delete(name);
     }
-    for (const [name, w] of servers) {
+    for (const [name, wanted] of servers) {
+      const w: ServerState = left(wanted.instanceId) ? { ...wanted, state: 'maint' } : wanted;
       const s = cur.get(name);
       if (!s) {
         await cmd(api, `add server ${be}/${name} ${w.addr}${w.opts}`);
         cur.set(name, { ...w, state: 'draining' });
-        await cmd(api, `set server ${be}/${name} state ${w.state === 'running' ? 'ready' : 'drain'}`);
+        await cmd(api, `set server ${be}/${name} state ${haproxyState[w.state]}`);
         cur.set(name, w);
       } else if (s.state !== w.state) {
-        await cmd(api, `set server ${be}/${name} state ${w.state === 'running' ? 'ready' : 'drain'}`);
+        await cmd(api, `set server ${be}/${name} state ${haproxyState[w.state]}`);
         cur.set(name, w);
       }
     }
