@@ -4,7 +4,7 @@
  * only passes traffic of the taps it made). Run inside the benchmark's
  * network namespace.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -40,6 +40,77 @@ export function portOpen(ip: string, port: number, giveUpMs = 20_000): Promise<v
   });
 }
 
+/** The driver's command line for `image` with 16 MB and its NIC on `tap` at `ip` (a /24 behind `gateway`). */
+export async function rawArgv(
+  d: Daemon,
+  image: string,
+  o: { dir: string; ip: string; gateway: string; tap: string; mac: string },
+): Promise<string[]> {
+  const m = d.config.machines;
+  const digest = await d.store.read(async (tx) => (await tx.images.tag(image))!.digest);
+  const b = await imageBootFiles(d.services.paths, digest);
+  return qemuArgv(
+    {
+      id: 'raw',
+      dir: o.dir,
+      kernel: b.kernel,
+      cmdline: buildCmdline({
+        kernelArgs: b.kernelArgs,
+        netdevIp: `${o.ip}/24:${o.gateway}:${o.gateway}`,
+        env: {},
+        mounts: [],
+        args: b.args,
+      }),
+      memoryMb: 16,
+      machine: b.machine,
+      firmware: b.firmware,
+      contract: b.contract,
+      nic: { tap: o.tap, mac: o.mac },
+      disks: [],
+    },
+    { accel: 'tcg', tbSizeMb: m.tbSizeMb, tscKhz: 0 },
+  );
+}
+
+/**
+ * `n` raw QEMUs of `image` started together (bench/raw-wave.ts) in a network
+ * namespace of their own, made here and removed after; returns, for each,
+ * spawn -> `port` accepting on its address, in ms.
+ */
+export async function rawWave(d: Daemon, image: string, n: number, port: number): Promise<number[]> {
+  const ns = `uhb-raw-${process.pid}`;
+  const ip = (args: string[]) => execFileSync('ip', ['-n', ns, ...args]);
+  const dirs: string[] = [];
+  try {
+    execFileSync('ip', ['netns', 'add', ns]);
+    ip(['link', 'set', 'lo', 'up']);
+    ip(['link', 'add', 'rawbr', 'type', 'bridge']);
+    ip(['addr', 'add', '10.81.0.1/24', 'dev', 'rawbr']);
+    ip(['link', 'set', 'rawbr', 'up']);
+    const vms = [];
+    for (let k = 0; k < n; k++) {
+      ip(['tuntap', 'add', `rawtap${k}`, 'mode', 'tap']);
+      ip(['link', 'set', `rawtap${k}`, 'master', 'rawbr', 'up']);
+      const dir = mkdtempSync(join(tmpdir(), 'unihost-raw-'));
+      dirs.push(dir);
+      const addr = `10.81.0.${k + 2}`;
+      const mac = `02:00:00:00:01:${(k + 2).toString(16).padStart(2, '0')}`;
+      const argv = await rawArgv(d, image, { dir, ip: addr, gateway: '10.81.0.1', tap: `rawtap${k}`, mac });
+      vms.push({ argv, ip: addr, port, dir });
+    }
+    const script = join(import.meta.dirname, 'raw-wave.ts');
+    const out = execFileSync('ip', ['netns', 'exec', ns, process.execPath, '--import', 'tsx', script], {
+      input: JSON.stringify({ qemu: d.config.machines.qemu, vms }),
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
+    return (JSON.parse(out) as { ms: number[] }).ms;
+  } finally {
+    spawnSync('ip', ['netns', 'del', ns]);
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 export class RawQemu {
   private readonly scratch: string[] = [];
   private readonly spawner = Spawner.usable() ? new Spawner(() => undefined) : null;
@@ -55,31 +126,15 @@ export class RawQemu {
   /** Spawns `image` (16 MB, the driver's argv, NIC at RAW_IP) and times spawn → `ready(dir)`; kills it after. */
   async time(image: string, ready: (dir: string) => Promise<void>): Promise<number> {
     const m = this.d.config.machines;
-    const digest = await this.d.store.read(async (tx) => (await tx.images.tag(image))!.digest);
-    const b = await imageBootFiles(this.d.services.paths, digest);
     const dir = mkdtempSync(join(tmpdir(), 'unihost-raw-'));
     this.scratch.push(dir);
-    const argv = qemuArgv(
-      {
-        id: 'raw',
-        dir,
-        kernel: b.kernel,
-        cmdline: buildCmdline({
-          kernelArgs: b.kernelArgs,
-          netdevIp: `${RAW_IP}/24:${RAW_GW}:${RAW_GW}`,
-          env: {},
-          mounts: [],
-          args: b.args,
-        }),
-        memoryMb: 16,
-        machine: b.machine,
-        firmware: b.firmware,
-        contract: b.contract,
-        nic: { tap: RAW_TAP, mac: '02:00:00:00:00:fa' },
-        disks: [],
-      },
-      { accel: 'tcg', tbSizeMb: m.tbSizeMb, tscKhz: 0 },
-    );
+    const argv = await rawArgv(this.d, image, {
+      dir,
+      ip: RAW_IP,
+      gateway: RAW_GW,
+      tap: RAW_TAP,
+      mac: '02:00:00:00:00:fa',
+    });
     // started the fastest way this host has (the daemon's own posix_spawn helper, where python3 is): a
     // fork of this Node process would add 8-18 ms here to the baseline that the platform does not pay
     const t0 = performance.now();
