@@ -1,5 +1,6 @@
 import { after, beforeEach, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -48,7 +49,27 @@ test('the probe kernel is a valid Multiboot a.out-kludge image', () => {
   assert.equal(headerAddr, loadAddr);
   assert.equal(loadEnd - loadAddr, k.length);
   assert.ok(bssEnd >= loadEnd);
-  assert.deepEqual([...k.subarray(entry - loadAddr, entry - loadAddr + 2)], [0xb0, 0x31], 'entry: mov al,0x31');
+  assert.equal(k[entry - loadAddr], 0xfa, 'entry: cli');
+});
+
+test('the probe code is probe-kernel.S assembled (where binutils are)', (t) => {
+  const src = join(import.meta.dirname, 'probe-kernel.S');
+  const as = spawnSync('as', ['--version']);
+  if (as.status !== 0) return t.skip('no GNU as: binutils are not installed');
+  const obj = join(dir, 'p.o');
+  const bin = join(dir, 'p.bin');
+  assert.equal(spawnSync('as', ['--64', '-o', obj, src]).status, 0);
+  assert.equal(
+    spawnSync('ld', ['-m', 'elf_x86_64', '-Ttext=0x100020', '--oformat', 'binary', '-o', bin, obj]).status,
+    0,
+  );
+  const code = readFileSync(bin);
+  const k = probeKernel();
+  assert.deepEqual(k.subarray(32, 32 + code.length), code);
+  assert.ok(
+    k.subarray(32 + code.length).every((b) => b === 0),
+    'zero padding after the code',
+  );
 });
 
 test('the probe kernel boots under TCG and exits through isa-debug-exit', async () => {
