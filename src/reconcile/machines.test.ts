@@ -285,3 +285,51 @@ test("a boot's marks that come while the lease is not held are recorded once it 
   assert.equal(r.state, 'running', 'the ready mark kept while fenced is recorded when the lease is held again');
   assert.ok(r.boot_time_us !== null);
 });
+
+test("a boot's earlier marks go in the transaction of its booted mark; on their own when it is a second late", async () => {
+  const w = await world({ bootTimeoutMs: 60_000 });
+  const id = await create(w);
+  let commits = 0;
+  const tx = w.s.store.tx.bind(w.s.store);
+  w.s.store.tx = ((f, o) => (commits++, tx(f, o))) as typeof w.s.store.tx;
+  await advance(w, 100);
+  w.d.mark(id, 'loaded');
+  await advance(w, 200);
+  w.d.mark(id, 'init');
+  await advance(w, 300);
+  assert.equal((await rec(w, id)).vmm_load_time_us, null, 'held for the booted mark');
+  assert.equal(commits, 0);
+  w.d.ready(id);
+  await settle(w);
+  let r = await rec(w, id);
+  assert.equal(r.state, 'running');
+  assert.deepEqual([r.vmm_load_time_us, r.vmm_ready_time_us, r.boot_time_us], [100_000, 300_000, 600_000]);
+  assert.equal(commits, 1, 'the three marks in one transaction');
+
+  const slow = await create(w);
+  commits = 0;
+  w.d.mark(slow, 'loaded');
+  await advance(w, 999);
+  assert.equal((await rec(w, slow)).vmm_load_time_us, null);
+  await advance(w, 1);
+  r = await rec(w, slow);
+  assert.deepEqual([r.state, r.vmm_load_time_us], ['starting', 0], 'recorded on its own a second later');
+  assert.equal(commits, 1);
+  await advance(w, 500);
+  w.d.ready(slow);
+  await settle(w);
+  r = await rec(w, slow);
+  assert.deepEqual([r.state, r.vmm_load_time_us, r.boot_time_us], ['running', 0, 1_500_000]);
+});
+
+test("a boot's held marks are recorded before its end", async () => {
+  const w = await world({ bootTimeoutMs: 60_000 });
+  const id = await create(w);
+  await advance(w, 50);
+  w.d.mark(id, 'loaded');
+  w.d.exit(id, [], 1);
+  await settle(w);
+  const r = await rec(w, id);
+  assert.equal(r.state, 'stopped');
+  assert.equal(r.vmm_load_time_us, 50_000);
+});

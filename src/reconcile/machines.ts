@@ -21,6 +21,14 @@ import { decideMachine, type MachineChooser } from '../images/boot-files.js';
 
 /** A mark of a boot: the VMM's and the guest's (the driver's), or its ports accepting (the platform's probe). */
 type MarkEvent = Exclude<MachineEvent, { type: 'exit' }> | { type: 'listening'; at: number };
+type MarkField = 'vmm_load_time_us' | 'vmm_ready_time_us' | 'boot_time_us';
+/** A mark and the fields it sets (µs since the spawn) on a record that lacks them. */
+interface HeldMark {
+  ev: MarkEvent;
+  fields: Partial<Record<MarkField, number>>;
+}
+/** How long a boot's earlier marks wait for its `booted` before they are recorded on their own. */
+const MARK_HOLD_MS = 1000;
 
 export interface MachineControllerOptions {
   services: ControllerDeps;
@@ -75,6 +83,15 @@ export class MachineController implements Controller {
    * would stay `starting` until its boot timeout.
    */
   private readonly unrecordedMarks = new Map<string, Map<string, MarkEvent>>();
+  /**
+   * A boot's marks before its last (loaded, init, and ready when ports are
+   * probed), held to go in the transaction of the last one, `booted`: one
+   * transaction a boot instead of three, fewer changes for every follower of
+   * the feed while guests boot. Written on their own after MARK_HOLD_MS (a
+   * slow guest shows its progress) and before its end is recorded.
+   */
+  private readonly heldMarks = new Map<string, HeldMark[]>();
+  private readonly markTimers: Timers;
   /** readiness probes of booting instances (none without `probePort`) */
   private readonly probes: ReadinessProbes | undefined;
   private readonly vmVolumes = new VmVolumes();
@@ -99,6 +116,7 @@ export class MachineController implements Controller {
       { timers: o.timers, now: () => this.now() },
     );
     this.timers = new Timers(o.timers, (id) => this.kick(id));
+    this.markTimers = new Timers(o.timers, (id) => void this.queue.run(id, () => this.writeHeldMarks(id)));
     this.probes =
       o.probePort &&
       new ReadinessProbes(
@@ -212,6 +230,9 @@ export class MachineController implements Controller {
     await this.choosing; // a trial boot under way ends with its VM
     this.probes?.endAll();
     this.timers.clearAll();
+    // held marks go with the process: the next daemon adopts the VM and takes its marks again
+    this.markTimers.clearAll();
+    this.heldMarks.clear();
     await this.queue.stop();
     await this.driver.close();
   }
@@ -312,6 +333,7 @@ export class MachineController implements Controller {
       this.timers.clear(id);
       this.unrecordedExits.delete(id);
       this.unrecordedMarks.delete(id);
+      this.takeHeldMarks(id);
       // Only what this host had (a VM, or the files of one) has a tap here. Every change of an instance on
       // another host comes by too: removing its (absent) tap each time queued the network's commands, a
       // spawned `ip` each, ahead of this host's own boots (bench/hosts: the agents' CPU more than doubled).
@@ -461,7 +483,9 @@ export class MachineController implements Controller {
   }
 
   private async boot(inst: InstanceRec): Promise<void> {
-    this.unrecordedMarks.delete(inst.id); // a new boot: the last one's marks are moot
+    // a new boot: the last one's marks are moot
+    this.unrecordedMarks.delete(inst.id);
+    this.takeHeldMarks(inst.id);
     const volumes = await this.s.store.read((tx) => tx.volumes.forInstance(inst.id));
     // a volume being made, resized or copied: the boot waits (the volume's change kicks us again)
     if (volumes.some((v) => v.state === 'initializing' || v.state === 'uninitialized' || v.state === 'busy')) return;
@@ -550,6 +574,7 @@ export class MachineController implements Controller {
       this.probes?.end(id);
       this.vmVolumes.untrack(id);
       this.unrecordedMarks.delete(id);
+      await this.writeHeldMarks(id);
       // a restore that never resumed: the snapshot goes and the instance boots afresh
       if (rt.restored && inst.vmm_ready_time_us === null && (await this.snapshots.restoreFailed(inst, ev.stderr)))
         return this.kick(id);
@@ -576,23 +601,71 @@ export class MachineController implements Controller {
     } as const;
     const f = field[ev.type];
     if (!f && ev.type !== 'ready') return;
+    const mark: HeldMark = { ev, fields: {} };
+    if (ev.type === 'ready') mark.fields.vmm_ready_time_us = since(ev.at);
+    if (f) mark.fields[f] = since(ev.at);
+    const kept = this.unrecordedMarks.get(id);
+    if (kept?.delete(ev.type) && kept.size === 0) this.unrecordedMarks.delete(id);
+    // a fresh boot's marks before `booted` wait for it (a restore's resume is recorded at once: docs/snapshots.md)
+    if (f !== 'boot_time_us' && !rt.restored) return this.holdMark(id, mark);
+    const held = this.takeHeldMarks(id);
+    await this.writeMarks(id, [...held, mark], f === 'boot_time_us');
+  }
+
+  /**
+   * Records marks in one transaction: each field the record lacks, the
+   * earliest mark's value; `booted` fires with them when `booted` is set.
+   * Marks that could not be recorded are kept, as a VM's end is: the
+   * retried reconcile records them.
+   */
+  private async writeMarks(id: string, marks: HeldMark[], booted: boolean): Promise<void> {
     try {
       await this.ownTx(id, async (tx) => {
         const cur = await tx.instances.getAny(id);
-        if (!cur) return;
+        // placed on another host meanwhile (held marks wait up to MARK_HOLD_MS): not this VM's record
+        if (!cur || !this.mine(cur)) return;
         const patch: StatusPatch = {};
-        if (ev.type === 'ready' && cur.vmm_ready_time_us === null) patch.vmm_ready_time_us = since(ev.at);
-        if (f && cur[f] === null) patch[f] = since(ev.at);
-        if (f === 'boot_time_us' && (await fire(tx, cur, 'booted', patch))) return;
+        for (const m of marks)
+          for (const [k, v] of Object.entries(m.fields) as [MarkField, number][])
+            if (cur[k] === null && patch[k] === undefined) patch[k] = v;
+        if (booted && (await fire(tx, cur, 'booted', patch))) return;
         if (Object.keys(patch).length > 0) await tx.instances.updateStatus(id, patch);
       });
     } catch (e) {
-      // kept until recorded, as a VM's end is: the retried reconcile records it
-      this.keepMark(id, ev);
+      for (const m of marks) this.keepMark(id, m.ev);
       throw e;
     }
-    const kept = this.unrecordedMarks.get(id);
-    if (kept?.delete(ev.type) && kept.size === 0) this.unrecordedMarks.delete(id);
+  }
+
+  private holdMark(id: string, mark: HeldMark): void {
+    const held = this.heldMarks.get(id);
+    if (held) {
+      if (!held.some((m) => m.ev.type === mark.ev.type)) held.push(mark);
+      return;
+    }
+    this.heldMarks.set(id, [mark]);
+    const now = this.now();
+    this.markTimers.at(id, now + MARK_HOLD_MS, now);
+  }
+
+  private takeHeldMarks(id: string): HeldMark[] {
+    const held = this.heldMarks.get(id) ?? [];
+    this.heldMarks.delete(id);
+    this.markTimers.clear(id);
+    return held;
+  }
+
+  /** The held marks of a boot, on their own (its end comes, or its last mark is late); never throws. */
+  private async writeHeldMarks(id: string): Promise<void> {
+    const marks = this.takeHeldMarks(id);
+    if (marks.length === 0) return;
+    if (!this.held()) {
+      for (const m of marks) this.keepMark(id, m.ev);
+      return;
+    }
+    await this.writeMarks(id, marks, false).catch((e: unknown) =>
+      this.o.log.warn({ id, err: e }, 'recording a boot mark failed; kept for the next look'),
+    );
   }
 
   /** A mark of this boot not recorded yet: recorded when the instance is looked at again (`unrecordedMarks`). */

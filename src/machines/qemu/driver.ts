@@ -11,6 +11,8 @@ import {
   truncateSync,
   watch,
   writeFileSync,
+  writeSync,
+  constants,
   type FSWatcher,
 } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -87,6 +89,8 @@ interface Vm {
   /** console bytes of this boot (for the crash cause), capped */
   bootConsole: string;
   serialOffset: number;
+  /** serial.pos, kept open: the position is rewritten in place after every console read (-1: closed, the VM ended) */
+  posFd: number | null;
   done: Promise<void>;
   resolveDone: () => void;
 }
@@ -354,6 +358,7 @@ export class QemuDriver implements MachineDriver {
       shape: warmShapeOf(spec),
       bootConsole: '',
       serialOffset: adopted ? savedSerialPos(spec.dir) : 0,
+      posFd: null,
       done,
       resolveDone,
     };
@@ -475,8 +480,11 @@ export class QemuDriver implements MachineDriver {
         truncateSync(f.serial, 0);
         vm.serialOffset = 0;
       }
-      // A crash between the append above and this write replays one chunk at most on adoption.
-      writeFileSync(f.serialPos, String(vm.serialOffset));
+      // A crash between the append above and this write replays one chunk at most on adoption. Written in
+      // place, one pwrite of a fixed width: a writeFileSync (open, truncate, close) took 0.2 ms quiet and
+      // much more beside the store's fsyncs, on the event loop, ahead of the handover seen below.
+      vm.posFd ??= openSync(f.serialPos, constants.O_WRONLY | constants.O_CREAT, 0o600);
+      if (vm.posFd >= 0) writeSync(vm.posFd, String(vm.serialOffset).padEnd(POS_WIDTH), 0);
     }
     if (vm.ctl) {
       if (vm.ctl.pump()) {
@@ -503,6 +511,7 @@ export class QemuDriver implements MachineDriver {
     if (vm.exited) return;
     vm.exited = true;
     this.pump(vm);
+    closePos(vm);
     vm.watcher?.close();
     if (vm.poll) clearInterval(vm.poll);
     if (vm.powerdown) clearInterval(vm.powerdown);
@@ -578,6 +587,7 @@ export class QemuDriver implements MachineDriver {
     await this.pool?.close();
     this.spawner?.close();
     for (const vm of this.vms.values()) {
+      closePos(vm);
       vm.watcher?.close();
       if (vm.poll) clearInterval(vm.poll);
       if (vm.powerdown) clearInterval(vm.powerdown);
@@ -585,6 +595,14 @@ export class QemuDriver implements MachineDriver {
     }
     this.vms.clear();
   }
+}
+
+/** Width of serial.pos: a decimal position padded with spaces (older daemons wrote it unpadded; both read). */
+const POS_WIDTH = 20;
+
+function closePos(vm: Vm): void {
+  if (vm.posFd !== null && vm.posFd >= 0) closeSync(vm.posFd);
+  vm.posFd = -1;
 }
 
 /** The console position an earlier daemon recorded for a VM; 0 when unknown or past the file's end. */

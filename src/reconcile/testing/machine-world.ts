@@ -140,6 +140,10 @@ export class FakeDriver implements MachineDriver {
       console: this.console.get(id) ?? '',
     };
   }
+  /** A boot mark before ready: QMP answers (`loaded`), the guest's init runs (`init`). */
+  mark(id: string, type: 'loaded' | 'init'): void {
+    this.onEvent(id, { type, at: this.time.now });
+  }
   /** The guest signals ready. */
   ready(id: string): void {
     this.onEvent(id, { type: 'ready', at: this.time.now });
