@@ -11,8 +11,10 @@
  *               (d) the same kernel pushed by its user to the platform's registry
  *                   (`unihost image push`), once its machine is chosen, in turns with (b)
  *
- * Also the QEMU RSS of a running c-http with 16 MB and c-http instances
- * created and running per minute (a batch created together).
+ * Also the QEMU RSS of a running c-http with 16 MB, c-http instances
+ * created and running per minute (a batch created together), and the CPU
+ * this process (the daemon, with the client's side of each call) spends per
+ * create: on a loaded host it competes with the guest's boot.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -134,6 +136,8 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     const startHttp: number[] = [];
     const apiPushed: number[] = [];
     // where the platform's time goes (developer fields of the instance), per image
+    /** CPU ms of this process (the daemon, and the client's side of the call) per create, by image */
+    const cpu: Record<string, number[]> = {};
     const parts: Record<string, { pre: number[]; net: number[]; boot: number[] }> = {
       'helloworld:latest': { pre: [], net: [], boot: [] },
       'c-http:latest': { pre: [], net: [], boot: [] },
@@ -151,6 +155,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
         ...(i % 2 ? [...https].reverse() : https),
       ]) {
         const t0 = performance.now();
+        const c0 = process.cpuUsage();
         const r = await call('POST', '/v1/instances', {
           image,
           name: `u-${i}`,
@@ -159,6 +164,8 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
           wait_timeout_ms: -1,
         });
         out.push(performance.now() - t0);
+        const c1 = process.cpuUsage(c0);
+        (cpu[image] ??= []).push((c1.user + c1.system) / 1000);
         const e = r.data.instances![0]!;
         if (image !== 'helloworld:latest') {
           if (e.state !== 'running') throw new Error(`${image} did not reach running: ${JSON.stringify(r)}`);
@@ -243,7 +250,8 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     for (const [image, p] of Object.entries(parts)) {
       const med = (xs: number[]) => stats(xs).median.toFixed(0);
       console.log(
-        `  ${image.padEnd(18)} pick-up -> spawn ${med(p.pre)} ms (of it tap + rules ${med(p.net)} ms); spawn -> running as the platform saw it ${med(p.boot)} ms`,
+        `  ${image.padEnd(18)} pick-up -> spawn ${med(p.pre)} ms (of it tap + rules ${med(p.net)} ms); spawn -> running as the platform saw it ${med(p.boot)} ms; ` +
+          `daemon CPU per create ${med(cpu[image] ?? [0])} ms (this process, the client's side of the call included)`,
       );
     }
     const mib = (b: number) => (b / 2 ** 20).toFixed(1);
