@@ -22,7 +22,11 @@ export const DEAD_AFTER_MS = 1000;
  * the others stay `stopped`; a standby master is placed on another host and
  * wakes there. Returns the names of the hosts it marked dead.
  */
-export async function failOverDeadHosts(deps: Deps): Promise<string[]> {
+export async function failOverDeadHosts(
+  deps: Deps,
+  /** told why a batch went one at a time (each instance's notice says why it could not move) */
+  onBatchFailed: (host: string, e: unknown) => void = () => undefined,
+): Promise<string[]> {
   const store = deps.store;
   const now = Date.now(); // leases are on the wall clock (src/domain/hosts.ts)
   const expired = (await store.read((tx) => tx.hosts.list())).filter(
@@ -57,7 +61,8 @@ export async function failOverDeadHosts(deps: Deps): Promise<string[]> {
         await store.tx(async (tx) => {
           for (const id of batch) await takeOverInTx(deps, tx, stale, id);
         });
-      } catch {
+      } catch (e) {
+        onBatchFailed(stale.name, e);
         for (const id of batch) await takeOver(deps, stale, id);
       }
     }
@@ -223,7 +228,9 @@ export class HostKeeper implements Controller {
   /** One look at the hosts: failover, then a drain step of each draining host. Returns when to look next. */
   async step(): Promise<number | undefined> {
     try {
-      const dead = await failOverDeadHosts(this.s);
+      const dead = await failOverDeadHosts(this.s, (host, e) =>
+        this.log.warn({ host, err: e }, 'failover: a batch could not be taken over together; one instance at a time'),
+      );
       for (const name of dead) this.log.warn({ host: name }, 'host lease ran out: host dead, its instances taken over');
       const hosts = await this.s.store.read((tx) => tx.hosts.list());
       for (const h of hosts)
