@@ -146,7 +146,12 @@ export class RawQemu {
         await ready(dir);
         return performance.now() - t0;
       } finally {
-        process.kill(pid, 'SIGKILL');
+        // a kernel that halts (helloworld) may have ended already
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
         await gone;
       }
     }

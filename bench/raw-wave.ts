@@ -30,7 +30,13 @@ async function main(): Promise<void> {
       wave.vms.map(async (vm) => {
         if (spawner) {
           const pid = await spawner.start([wave.qemu, ...vm.argv], { stderr: join(vm.dir, 'stderr') }, () => undefined);
-          kills.push(() => process.kill(pid, 'SIGKILL'));
+          kills.push(() => {
+            try {
+              process.kill(pid, 'SIGKILL');
+            } catch {
+              /* ended already */
+            }
+          });
         } else {
           const p = spawn(wave.qemu, vm.argv, { stdio: 'ignore' });
           kills.push(() => p.kill('SIGKILL'));
