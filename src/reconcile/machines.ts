@@ -606,7 +606,8 @@ export class MachineController implements Controller {
     if (f) mark.fields[f] = since(ev.at);
     const kept = this.unrecordedMarks.get(id);
     if (kept?.delete(ev.type) && kept.size === 0) this.unrecordedMarks.delete(id);
-    // a fresh boot's marks before `booted` wait for it (a restore's resume is recorded at once: docs/snapshots.md)
+    // a fresh boot's marks before `booted` wait for it; a restore's are recorded at once (an end before its
+    // resume is recorded counts as a failed restore: the snapshot goes and the instance boots afresh)
     if (f !== 'boot_time_us' && !rt.restored) return this.holdMark(id, mark);
     const held = this.takeHeldMarks(id);
     await this.writeMarks(id, [...held, mark], f === 'boot_time_us');
@@ -676,10 +677,11 @@ export class MachineController implements Controller {
   /**
    * A transaction on one instance's own record: what its VM did (TxOptions.instance). On PostgreSQL it
    * never conflicts with a placement, which reads every instance: a burst of boots on several hosts
-   * made these the most of bench/hosts' conflicts.
+   * made these the most of bench/hosts' conflicts. Runtime state (TxOptions.runtime): on SQLite it
+   * commits without an fsync, which took ~1 ms of the event loop a commit on a boot's path.
    */
   private ownTx<T>(id: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
-    return this.s.store.tx(fn, { instance: id });
+    return this.s.store.tx(fn, { instance: id, runtime: true });
   }
 
   /** Records a VM's end (src/reconcile/machine-exit.ts) and logs what was decided. */

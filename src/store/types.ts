@@ -687,6 +687,15 @@ export interface TxOptions {
    * again. Single-writer stores ignore it.
    */
   instance?: string;
+  /**
+   * What a VM of this host did (its boot, its marks): runtime state, not a
+   * user's request. SQLite commits it without waiting for the disk
+   * (`synchronous = NORMAL` for this commit): a `kill -9` of the daemon
+   * loses nothing, an OS crash or power loss, which ends the VMs too, may
+   * lose it; the next commit of a request writes it out with its own.
+   * PostgreSQL ignores it.
+   */
+  runtime?: boolean;
 }
 
 /** One renewal made by `Store.leaseRenewals`: `at` is when it was sent (this thread's `performance.now()`). */

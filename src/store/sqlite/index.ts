@@ -3,7 +3,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import pLimit from 'p-limit';
 import { Feed, type FeedRow } from '../feed.js';
-import type { FeedEvent, InstanceRec, Store, Tx } from '../types.js';
+import type { FeedEvent, InstanceRec, Store, Tx, TxOptions } from '../types.js';
 import { MIGRATIONS } from './migrations.js';
 import { makeTx, RowCache, type Pending } from './tx.js';
 
@@ -26,6 +26,11 @@ export class SqliteStore implements Store {
   /** write transactions run one at a time */
   private readonly serial = pLimit(1);
   private readonly dataVersion: Database.Statement;
+  private readonly syncNormal: Database.Statement;
+  private readonly syncFull: Database.Statement;
+  /** a transaction's events and changes (flush), prepared once */
+  private readonly insertEvent: Database.Statement;
+  private readonly insertChange: Database.Statement;
   private readonly feed: Feed;
   private lastDataVersion: number;
   private readonly poll: NodeJS.Timeout;
@@ -45,6 +50,16 @@ export class SqliteStore implements Store {
     this.wtx = makeTx(this.w, this.pending, null);
     this.rtx = this.r === this.w ? this.wtx : makeTx(this.r, { cur: null }, this.cache);
     this.dataVersion = this.w.prepare('PRAGMA data_version').pluck();
+    this.syncNormal = this.w.prepare('PRAGMA synchronous = NORMAL');
+    this.syncFull = this.w.prepare('PRAGMA synchronous = FULL');
+    this.insertEvent = this.w.prepare(
+      `INSERT INTO events (user_seq, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
+           stop_reason, exit_code, stop_code, message)
+         VALUES ((SELECT coalesce(max(user_seq), 0) + 1 FROM events WHERE user_id=@user_id),
+           @at, @user_id, @instance_id, @instance_name, @group_id, @type, @from_state, @to_state,
+           @stop_reason, @exit_code, @stop_code, @message)`,
+    );
+    this.insertChange = this.w.prepare('INSERT INTO changes (kind, id) VALUES (?, ?)');
     this.lastDataVersion = this.dataVersion.get() as number;
     const since = this.r.prepare('SELECT rev, kind, id FROM changes WHERE rev > ? ORDER BY rev LIMIT ?');
     const oldest = this.r.prepare('SELECT coalesce(min(rev), 0) FROM changes').pluck();
@@ -77,11 +92,13 @@ export class SqliteStore implements Store {
     }
   }
 
-  tx<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+  tx<T>(fn: (tx: Tx) => Promise<T>, o: TxOptions = {}): Promise<T> {
     // (locks: one writer at a time already)
     const run = async (): Promise<T> => {
       const cur: Pending = { changes: new Map(), events: [] };
       this.pending.cur = cur;
+      // a VM's runtime state commits without an fsync of the WAL (TxOptions.runtime); the next FULL commit syncs it
+      if (o.runtime) this.syncNormal.run();
       this.w.exec('BEGIN IMMEDIATE');
       let result: T;
       try {
@@ -95,6 +112,7 @@ export class SqliteStore implements Store {
         throw e;
       } finally {
         this.pending.cur = null;
+        if (o.runtime) this.syncFull.run();
       }
       if (cur.changes.size > 0) this.feed.poke();
       if (++this.commits % 1000 === 0) this.prune();
@@ -105,18 +123,8 @@ export class SqliteStore implements Store {
 
   /** Appends the transaction's events and changes (their revisions follow commit order: writes are serial). */
   private flush(cur: Pending): void {
-    if (cur.events.length > 0) {
-      const ins = this.w.prepare(
-        `INSERT INTO events (user_seq, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
-             stop_reason, exit_code, stop_code, message)
-           VALUES ((SELECT coalesce(max(user_seq), 0) + 1 FROM events WHERE user_id=@user_id),
-             @at, @user_id, @instance_id, @instance_name, @group_id, @type, @from_state, @to_state,
-             @stop_reason, @exit_code, @stop_code, @message)`,
-      );
-      for (const e of cur.events) ins.run(e);
-    }
-    const ins = this.w.prepare('INSERT INTO changes (kind, id) VALUES (?, ?)');
-    for (const c of cur.changes.values()) ins.run(c.kind, c.id);
+    for (const e of cur.events) this.insertEvent.run(e);
+    for (const c of cur.changes.values()) this.insertChange.run(c.kind, c.id);
   }
 
   private prune(): void {
