@@ -29,6 +29,12 @@ export interface ServiceBase {
   consoles: ConsoleReader;
   /** proofs of control of custom domains in DNS, looked up before a request's transaction */
   proofs: DomainProofs;
+  /**
+   * This process's gateway, when it runs one: resolves once the changes seen
+   * so far are applied to it. A create or start with wait answers `running`
+   * after its instance's routes and names are in place (docs/gateway.md).
+   */
+  gatewaySettled?: () => Promise<void>;
 }
 
 /** The instance rules other services apply inside their own transactions (autoscale clones, standby masters). */

@@ -26,6 +26,8 @@ import type { UpdateIn } from '../domain/updates.js';
 
 /** How much of an instance's history an answer holds (its newest entries). */
 const HISTORY_MAX = 1000;
+/** How long a call with wait waits, at most, for this process's gateway to have a running instance's routes. */
+const ROUTES_WAIT_MS = 2000;
 const HISTORY_SCAN = 100_000;
 
 export interface StopParams {
@@ -187,8 +189,10 @@ export class InstanceService {
       });
       let now: InstanceRec | undefined = after;
       if (lease) {
+        const deadline = this.deps.clock.now() + timeout;
         await this.waitBooted(lease, after.id, timeout, signal);
         now = await this.store.read((tx) => tx.instances.get(user.id, after.id));
+        if (now?.state === 'running' && now.service_group_id) await this.routesInPlace(deadline);
       }
       const state = now?.state ?? after.state;
       return {
@@ -442,7 +446,24 @@ export class InstanceService {
       Object.assign(e, ended);
       out.push(e);
     }
+    if (summary && out.some((e) => e.state === 'running')) await this.routesInPlace(deadline);
     return out;
+  }
+
+  /**
+   * Waits (at most until `deadline`, and 2 s) until this process's gateway
+   * has applied the changes seen so far: a running instance's group is then
+   * reachable by its names, so a client that connects the moment the call
+   * answers is not refused (`unrecognized_name`) or carried by the
+   * activator. A gateway in another process is not waited for.
+   */
+  private async routesInPlace(deadline: number): Promise<void> {
+    const settled = this.deps.gatewaySettled;
+    const ms = Math.min(ROUTES_WAIT_MS, deadline - this.deps.clock.now());
+    if (!settled || ms <= 0) return;
+    let t: NodeJS.Timeout | undefined;
+    await Promise.race([settled(), new Promise<void>((r) => (t = setTimeout(r, ms)))]);
+    clearTimeout(t);
   }
 
   /** PATCH: one property (src/services/instance-updates.ts). */

@@ -435,10 +435,9 @@ if (!insideTestNetns()) {
           assert.equal(r.body.data.instances[0].state, 'running', r.text);
           process.stderr.write(`clone of a c-http template (16 MB), create -> running: ${Date.now() - t0} ms\n`);
           const e = r.body.data.instances[0];
-          // a new group, running: the activator serves it before the gateway's routes include it; under
-          // load a first connection can still be cut (seen once in CI), or refused with unrecognized_name
-          // while the gateway's certificate list does not have the new name yet (seen once in CI: the
-          // create answers before the gateway's sync), so a few tries are allowed
+          // under load a first connection can still be cut (seen once in CI), so a few tries are allowed.
+          // unrecognized_name (seen once in CI, when the create answered before the gateway's sync) should
+          // no longer come: the create waits for this process's gateway (test/api/gateway-wait.test.ts)
           let answer = '';
           await poll(
             `${name} answers through the gateway`,
