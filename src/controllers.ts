@@ -65,7 +65,7 @@ export async function defaultControllers(s: Services, log: Logger, drivers?: Dri
     host: s.hostId ? (at) => hostFigures(s.config.capacity, s.hostId, at) : undefined,
   });
   s.figures = local;
-  if (gateway) s.gatewaySettled = () => gateway.settled();
+  if (gateway) s.gateway = { whenRouted: (g, ms) => gateway.whenRouted(g, ms) };
   // Started in order: the network keeps adopted VMs' taps before the machines controller adopts them.
   const certs = gateway && s.config.acme.enabled ? [new CertificateController(s, log)] : [];
   return [

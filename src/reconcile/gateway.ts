@@ -31,6 +31,9 @@ export class GatewayController implements Controller {
   dataPlane: DataPlane | null = null;
   ca: LocalCa | null = null;
   private backendsByGroup = new Map<string, Backend[]>();
+  /** groups whose routes the data plane has applied (the last sync's table, ports it could not bind left out) */
+  private routedGroups = new Set<string>();
+  private readonly routeWaiters = new Map<string, Set<() => void>>();
   /** instances taken out ahead of their stop, until a read of the store after it says what they are */
   private readonly departures = new Departures();
   private readonly queue: RetryingQueue;
@@ -242,9 +245,39 @@ export class GatewayController implements Controller {
       if (now === undefined) gw.forgetInstance(id);
     }
     this.lastState = states;
+    const failed = new Set<number>();
     for (const r of await gw.setRoutes(routes)) {
-      if ('error' in r && r.error) this.log.warn(r, 'gateway: could not listen on a published port');
+      if ('error' in r && r.error) {
+        failed.add(r.port);
+        this.log.warn(r, 'gateway: could not listen on a published port');
+      }
     }
+    this.routedGroups = new Set(routes.filter((r) => !failed.has(r.port)).map((r) => r.groupId));
+    for (const [g, done] of this.routeWaiters) if (this.routedGroups.has(g)) for (const d of done) d();
+  }
+
+  /**
+   * Resolves once the data plane routes `groupId` (its ports bound, its
+   * names mapped), or after `ms`: a create or start with wait answers then
+   * (docs/gateway.md, "Create and start with wait").
+   */
+  whenRouted(groupId: string, ms: number): Promise<void> {
+    if (this.routedGroups.has(groupId) || ms <= 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const waiters = this.routeWaiters.get(groupId) ?? new Set<() => void>();
+      this.routeWaiters.set(groupId, waiters);
+      const done = (): void => {
+        clearTimeout(t);
+        waiters.delete(done);
+        if (waiters.size === 0 && this.routeWaiters.get(groupId) === waiters) this.routeWaiters.delete(groupId);
+        resolve();
+      };
+      const t = setTimeout(done, ms);
+      t.unref();
+      waiters.add(done);
+      // the change that made the instance run has queued a sync already; one more is merged with it
+      void this.queue.kick('sync');
+    });
   }
 
   /** Open connections of an instance (the machine controller ends drains with it). */

@@ -30,11 +30,11 @@ export interface ServiceBase {
   /** proofs of control of custom domains in DNS, looked up before a request's transaction */
   proofs: DomainProofs;
   /**
-   * This process's gateway, when it runs one: resolves once the changes seen
-   * so far are applied to it. A create or start with wait answers `running`
-   * after its instance's routes and names are in place (docs/gateway.md).
+   * This process's gateway, when it runs one: `whenRouted` resolves once it
+   * routes a group (its ports bound, its names mapped), or after `ms`. A
+   * create or start with wait answers `running` then (docs/gateway.md).
    */
-  gatewaySettled?: () => Promise<void>;
+  gateway?: { whenRouted(groupId: string, ms: number): Promise<void> };
 }
 
 /** The instance rules other services apply inside their own transactions (autoscale clones, standby masters). */

@@ -192,7 +192,7 @@ export class InstanceService {
         const deadline = this.deps.clock.now() + timeout;
         await this.waitBooted(lease, after.id, timeout, signal);
         now = await this.store.read((tx) => tx.instances.get(user.id, after.id));
-        if (now?.state === 'running' && now.service_group_id) await this.routesInPlace(deadline);
+        if (now?.state === 'running' && now.service_group_id) await this.routesInPlace(now.service_group_id, deadline);
       }
       const state = now?.state ?? after.state;
       return {
@@ -446,24 +446,20 @@ export class InstanceService {
       Object.assign(e, ended);
       out.push(e);
     }
-    if (summary && out.some((e) => e.state === 'running')) await this.routesInPlace(deadline);
+    if (summary && out.some((e) => e.state === 'running')) await this.routesInPlace(String(summary.uuid), deadline);
     return out;
   }
 
   /**
    * Waits (at most until `deadline`, and 2 s) until this process's gateway
-   * has applied the changes seen so far: a running instance's group is then
-   * reachable by its names, so a client that connects the moment the call
-   * answers is not refused (`unrecognized_name`) or carried by the
-   * activator. A gateway in another process is not waited for.
+   * routes the group: its ports bound and its names mapped, so a client that
+   * connects the moment the call answers is not refused (the port, or
+   * `unrecognized_name`). A routed group's new server may still be on its
+   * way: the gateway's backup, the activator, carries such a request to the
+   * running instance. A gateway in another process is not waited for.
    */
-  private async routesInPlace(deadline: number): Promise<void> {
-    const settled = this.deps.gatewaySettled;
-    const ms = Math.min(ROUTES_WAIT_MS, deadline - this.deps.clock.now());
-    if (!settled || ms <= 0) return;
-    let t: NodeJS.Timeout | undefined;
-    await Promise.race([settled(), new Promise<void>((r) => (t = setTimeout(r, ms)))]);
-    clearTimeout(t);
+  private async routesInPlace(groupId: string, deadline: number): Promise<void> {
+    await this.deps.gateway?.whenRouted(groupId, Math.min(ROUTES_WAIT_MS, deadline - this.deps.clock.now()));
   }
 
   /** PATCH: one property (src/services/instance-updates.ts). */
