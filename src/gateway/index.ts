@@ -1,5 +1,6 @@
 export { HaproxyDataPlane } from './haproxy/plane.js';
 export { ensureLocalCa, type LocalCa } from './ca.js';
+export { Departures } from './departures.js';
 export {
   DEFAULT_LIMITS,
   type Backend,

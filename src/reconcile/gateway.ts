@@ -2,6 +2,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { Controller, ControllerDeps } from './deps.js';
 import {
+  Departures,
   ensureLocalCa,
   type Backend,
   type DataPlane,
@@ -12,7 +13,6 @@ import {
 import type { InstanceRec } from '../store/types.js';
 import { follow, RetryingQueue } from './engine.js';
 import { CertInstaller } from './gateway-certs.js';
-import { Departures } from './gateway-departures.js';
 import { Waker } from './wake.js';
 
 const DAY_MS = 86_400_000;

@@ -26,9 +26,9 @@ import type { UpdateIn } from '../domain/updates.js';
 
 /** How much of an instance's history an answer holds (its newest entries). */
 const HISTORY_MAX = 1000;
+const HISTORY_SCAN = 100_000;
 /** How long a call with wait waits, at most, for this process's gateway to have a running instance's routes. */
 const ROUTES_WAIT_MS = 2000;
-const HISTORY_SCAN = 100_000;
 
 export interface StopParams {
   force?: boolean;

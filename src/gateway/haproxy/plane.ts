@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { DEFAULT_LIMITS } from '../types.js';
+import { Departures } from '../departures.js';
 import type { Counters, DataPlane, GatewayOptions, KeyPair, ListenResult, Route } from '../types.js';
 import { Activator } from './activator.js';
 import { AcmeTlsServer } from './acme-tls.js';
@@ -77,9 +78,8 @@ export class HaproxyDataPlane implements DataPlane {
   private readonly serial = pLimit(1);
   private closed = false;
   private started = false;
-  /** applies begun so far, and instance id -> applies begun when it left (`leave`): see `apply` */
-  private applies = 0;
-  private readonly leaves = new Map<string, number>();
+  /** instances that left (`leave`), ordered against the applies: see `apply` */
+  private readonly departures = new Departures();
   private lastReload = 0;
   /** the newest route table not applied yet, and what the last apply gave */
   private wanted: Route[] | null = null;
@@ -220,9 +220,9 @@ export class HaproxyDataPlane implements DataPlane {
     // The backend table read here is true of instances that left before now (the owner takes them out
     // of it). One that leaves while this apply runs (a reload can wait a second for its turn) stays in
     // maintenance: neither the reloaded configuration nor the commands below may bring it back.
-    const n = ++this.applies;
-    for (const [id, at] of this.leaves) if (at < n) this.leaves.delete(id);
-    const leftMeanwhile = (id: string) => (this.leaves.get(id) ?? 0) >= n;
+    const n = this.departures.beginRead();
+    this.departures.settle(n);
+    const leftMeanwhile = (id: string) => this.departures.leftSince(id, n);
     const byPort = routesByPort(this.routes);
     this.byPortHost = new Map(
       [...byPort].map(([p, rs]) => [p, new Map(rs.flatMap((r) => r.fqdns.map((n) => [n, r])))]),
@@ -448,7 +448,7 @@ export class HaproxyDataPlane implements DataPlane {
    */
   async leave(instanceId: string): Promise<void> {
     // the next sync enables it again (`state ready`) if the instance runs by then, or deletes it
-    this.leaves.set(instanceId, this.applies);
+    this.departures.leave(instanceId);
     if (this.started) await this.setServerState(instanceId, 'maint').catch(() => undefined);
   }
 

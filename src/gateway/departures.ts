@@ -1,14 +1,15 @@
-import type { Backend } from '../gateway/index.js';
+import type { Backend } from './types.js';
 
 /**
- * Instances taken out of the data plane ahead of their stop
- * (`GatewayController.leave`), ordered against the controller's reads of
- * the store. A backend table read before the leave still has such an
- * instance `running`: applied after the leave, it would send traffic back
- * to a VM about to end (in TCP mode HAProxy then spends its connect retries
- * on it and the scale-to-zero activator never hears of the connection).
- * Until a read begun after the leave says what the instance is, it gets no
- * new traffic; that read is the truth (still stopping, or running again).
+ * Instances taken out of the data plane ahead of their stop (`leave`),
+ * ordered against reads of what should route: the gateway controller's
+ * reads of the store, and the HAProxy plane's applies of a backend table. A
+ * table read before the leave still has such an instance `running`: applied
+ * after the leave, it would send traffic back to a VM about to end (in TCP
+ * mode HAProxy then spends its connect retries on it and the scale-to-zero
+ * activator never hears of the connection). Until a read begun after the
+ * leave says what the instance is, it gets no new traffic; that read is the
+ * truth (still stopping, or running again).
  */
 export class Departures {
   private reads = 0;
@@ -35,7 +36,8 @@ export class Departures {
     for (const [id, at] of this.left) if (at < read) this.left.delete(id);
   }
 
-  private leftSince(instanceId: string, read: number): boolean {
+  /** Whether the instance left after the read stamped `read` began. */
+  leftSince(instanceId: string, read: number): boolean {
     const at = this.left.get(instanceId);
     return at !== undefined && at >= read;
   }

@@ -1,13 +1,13 @@
 /**
- * The gateway controller's departures: an instance taken out ahead of its
- * stop stays out of backend tables read before it left, and comes back with
- * the first read that began after (the data plane's side, with a real
- * HAProxy, is in src/gateway/tls.test.ts).
+ * Departures: an instance taken out ahead of its stop stays out of backend
+ * tables read before it left, and comes back with the first read that began
+ * after (the HAProxy plane's side, with a real HAProxy, is in
+ * src/gateway/tls.test.ts).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Departures } from './gateway-departures.js';
-import type { Backend } from '../gateway/index.js';
+import { Departures } from './departures.js';
+import type { Backend } from './types.js';
 
 const a: Backend = { instanceId: 'a', host: '10.0.0.2', state: 'running' };
 const b: Backend = { instanceId: 'b', host: '10.0.0.3', state: 'running' };
