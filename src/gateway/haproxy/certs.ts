@@ -19,14 +19,21 @@ export interface TlsNames {
   pending: string[];
 }
 
-/** One crt-list line and the certificate file it names (one line per file, so a line is known by its file). */
+/**
+ * One crt-list line and the certificate file it names. The metro wildcard's
+ * file is named by one line per routed name, so that a name comes or goes
+ * with one line (`add ssl crt-list`, `del ssl crt-list <file>:<line>`) and no
+ * certificate is loaded or freed for it; every other file has one line.
+ */
 export interface CertEntry {
+  /** the file's name under the certs dir */
+  file: string;
   /** certificate and key, as HAProxy reads the file */
   pem: string;
   /** what follows the file name on the line: options and SNI filters */
   rest: string;
 }
-/** file name (under the certs dir) -> its line, in crt-list order */
+/** a line's key (its file, or `metro <name>` for a line of the wildcard) -> the line, in crt-list order */
 export type CertEntries = Map<string, CertEntry>;
 
 /**
@@ -44,6 +51,8 @@ const NO_NAME = 'no-name.invalid';
  * change ever touches what the bind was configured with.
  */
 export const DEFAULT_CERT = 'default.pem';
+/** The metro wildcard's file, named by a line per routed metro name. */
+const WILDCARD_CERT = 'wildcard.pem';
 
 /** Names HAProxy accepts as a crt-list SNI filter (what the store keeps: lower case, no trailing dot). */
 const NAME = /^[a-z0-9*.-]+$/;
@@ -93,32 +102,55 @@ const fileFor = (kind: string, names: string[]): string =>
 
 /**
  * The crt-list HAProxy should have: the default line, the metro wildcard for
- * the routed metro names, each custom pair for its names, and the refusing
+ * each routed metro name, each custom pair for its names, and the refusing
  * line for pending names; `strict-sni` answers unrecognized_name to any other.
  */
 export function wantedCerts(set: CertSet, names: TlsNames): CertEntries {
-  const m: CertEntries = new Map([[DEFAULT_CERT, { pem: pem(set.wildcard), rest: NO_NAME }]]);
-  if (names.metro.length > 0)
-    m.set(fileFor('wildcard', names.metro), { pem: pem(set.wildcard), rest: names.metro.join(' ') });
+  const m: CertEntries = new Map([[DEFAULT_CERT, { file: DEFAULT_CERT, pem: pem(set.wildcard), rest: NO_NAME }]]);
+  for (const n of names.metro) m.set(`metro ${n}`, { file: WILDCARD_CERT, pem: pem(set.wildcard), rest: n });
   for (const c of set.custom) {
     const sorted = [...new Set(c.names)].sort();
-    m.set(fileFor('custom', sorted), { pem: pem(c.pair), rest: sorted.join(' ') });
+    const file = fileFor('custom', sorted);
+    m.set(file, { file, pem: pem(c.pair), rest: sorted.join(' ') });
   }
-  if (names.pending.length > 0)
-    m.set(fileFor('refuse', names.pending), { pem: pem(set.wildcard), rest: `${REFUSE} ${names.pending.join(' ')}` });
+  if (names.pending.length > 0) {
+    const file = fileFor('refuse', names.pending);
+    m.set(file, { file, pem: pem(set.wildcard), rest: `${REFUSE} ${names.pending.join(' ')}` });
+  }
   return m;
 }
 
-const line = (f: PlaneFiles, file: string, e: CertEntry): string => `${path.join(f.certs, file)} ${e.rest}`;
+const line = (f: PlaneFiles, e: CertEntry): string => `${path.join(f.certs, e.file)} ${e.rest}`;
+
+/** The certificate files of these lines: file name -> its content. */
+function filesOf(entries: CertEntries): Map<string, string> {
+  return new Map([...entries.values()].map((e) => [e.file, e.pem]));
+}
 
 /** Writes the files and the crt-list as HAProxy reads them at start or reload. */
 export async function writeCerts(f: PlaneFiles, want: CertEntries): Promise<void> {
   await mkdir(f.certs, { recursive: true, mode: 0o700 });
-  for (const [name, e] of want) await writeFile(path.join(f.certs, name), e.pem, { mode: 0o600 });
+  const files = filesOf(want);
+  for (const [name, text] of files) await writeFile(path.join(f.certs, name), text, { mode: 0o600 });
   for (const old of await readdir(f.certs))
-    if (old.endsWith('.pem') && !want.has(old)) await rm(path.join(f.certs, old), { force: true });
-  const list = [...want].map(([name, e]) => `${line(f, name, e)}\n`).join('');
+    if (old.endsWith('.pem') && !files.has(old)) await rm(path.join(f.certs, old), { force: true });
+  await writeList(f, want);
+}
+
+/** Writes the crt-list alone (its files are in place). */
+async function writeList(f: PlaneFiles, entries: CertEntries): Promise<void> {
+  const list = [...entries.values()].map((e) => `${line(f, e)}\n`).join('');
   await writeFile(f.crtList, list, { mode: 0o600 });
+}
+
+/** `show ssl crt-list -n`'s lines: `<file>:<line number> <rest>`. */
+function numberedLines(answer: string): { file: string; n: number; rest: string }[] {
+  const out: { file: string; n: number; rest: string }[] = [];
+  for (const l of answer.split('\n')) {
+    const m = /^(\S+):(\d+)(?: (.*))?$/.exec(l.trim());
+    if (m) out.push({ file: m[1]!, n: Number(m[2]), rest: (m[3] ?? '').trim() });
+  }
+  return out;
 }
 
 /** Sends a command whose success HAProxy states in words (`ok`); anything else is a refusal. */
@@ -140,36 +172,73 @@ async function setCert(api: RuntimeApi, file: string, text: string): Promise<voi
 
 /**
  * Brings HAProxy's certificates from `have` to `want` without a reload:
- * new lines first (`new ssl cert`, `set`/`commit`, `add ssl crt-list`),
- * then renewed pairs in place (`set`/`commit ssl cert`: open connections
- * keep theirs), then gone lines (`del ssl crt-list`, `del ssl cert`), so a
- * name moving from one line to another is served all along. The files are
- * rewritten so a reload loads the same. Mutates `have` as commands succeed.
+ * new files first (`new ssl cert`, `set`/`commit`), then new lines (`add ssl
+ * crt-list`), then renewed pairs in place (`set`/`commit ssl cert`: open
+ * connections keep theirs), then gone lines (`del ssl crt-list`, by line
+ * number where the file has several) and the files no line names any more
+ * (`del ssl cert`), so a name moving from one line to another is served all
+ * along. A new metro name is one command. The files follow (written before
+ * their commands, removed after them), and the crt-list is rewritten when a
+ * line came or went, so a reload loads the same; an apply that changes
+ * nothing writes nothing. Mutates `have` as commands succeed.
  */
 export async function applyCerts(api: RuntimeApi, f: PlaneFiles, have: CertEntries, want: CertEntries): Promise<void> {
   const abs = (name: string): string => path.join(f.certs, name);
-  for (const [name, e] of want) {
-    if (have.has(name)) continue;
-    await writeFile(abs(name), e.pem, { mode: 0o600 });
-    await cmd(api, `new ssl cert ${abs(name)}`);
-    await setCert(api, abs(name), e.pem);
-    await expect(api, `add ssl crt-list ${f.crtList}`, /Success!/, line(f, name, e));
-    have.set(name, e);
+  const wantFiles = filesOf(want);
+  const loaded = filesOf(have);
+  let lines = false;
+  try {
+    for (const [file, text] of wantFiles) {
+      if (loaded.has(file)) continue;
+      await writeFile(abs(file), text, { mode: 0o600 });
+      await cmd(api, `new ssl cert ${abs(file)}`);
+      await setCert(api, abs(file), text);
+      loaded.set(file, text);
+    }
+    for (const [key, e] of want) {
+      if (have.has(key)) continue;
+      await expect(api, `add ssl crt-list ${f.crtList}`, /Success!/, line(f, { ...e, pem: loaded.get(e.file)! }));
+      have.set(key, { ...e, pem: loaded.get(e.file)! });
+      lines = true;
+    }
+    for (const [file, text] of wantFiles) {
+      if (file === DEFAULT_CERT || loaded.get(file) === text) continue;
+      await writeFile(abs(file), text, { mode: 0o600 });
+      await setCert(api, abs(file), text);
+      loaded.set(file, text);
+      for (const [key, e] of have) if (e.file === file) have.set(key, { ...e, pem: text });
+    }
+    const gone = [...have.keys()].filter((key) => !want.has(key));
+    if (gone.length > 0) {
+      const perFile = new Map<string, number>();
+      for (const e of have.values()) perFile.set(e.file, (perFile.get(e.file) ?? 0) + 1);
+      // a file named by several lines: the line is given by its number, which HAProxy keeps for its life
+      const numbered = [...perFile.values()].some((n) => n > 1)
+        ? numberedLines(await api.send(`show ssl crt-list -n ${f.crtList}`))
+        : [];
+      for (const key of gone) {
+        const e = have.get(key)!;
+        let target = abs(e.file);
+        if (perFile.get(e.file)! > 1) {
+          const n = numbered.find((l) => l.file === target && l.rest === e.rest)?.n;
+          if (n === undefined) throw new RejectedCommand(`haproxy has no crt-list line "${line(f, e)}"`);
+          target += `:${n}`;
+        }
+        await cmd(api, `del ssl crt-list ${f.crtList} ${target}`);
+        have.delete(key);
+        perFile.set(e.file, perFile.get(e.file)! - 1);
+        lines = true;
+      }
+    }
+    for (const file of loaded.keys()) {
+      if (wantFiles.has(file)) continue;
+      await cmd(api, `del ssl cert ${abs(file)}`);
+      await rm(abs(file), { force: true });
+    }
+  } finally {
+    // what HAProxy has now, also after a refused command (the caller then reloads from `write`)
+    if (lines) await writeList(f, have);
   }
-  for (const [name, e] of want) {
-    const h = have.get(name)!;
-    if (name === DEFAULT_CERT || h.pem === e.pem) continue;
-    await writeFile(abs(name), e.pem, { mode: 0o600 });
-    await setCert(api, abs(name), e.pem);
-    have.set(name, e);
-  }
-  for (const name of [...have.keys()]) {
-    if (want.has(name)) continue;
-    await cmd(api, `del ssl crt-list ${f.crtList} ${abs(name)}`);
-    await cmd(api, `del ssl cert ${abs(name)}`);
-    have.delete(name);
-  }
-  await writeCerts(f, have);
 }
 
 /** The certificates the data plane serves, and what HAProxy has loaded of them. */

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -24,6 +25,8 @@ import { RuntimeApi } from './runtime.js';
 const A = `app-aaaa1111.${METRO}`;
 const C = 'shop.example.test';
 const T = `tcp-1.${METRO}`;
+const B1 = `b-one.${METRO}`;
+const B2 = `b-two.${METRO}`;
 
 /** The serial number of the certificate a client gets for `name` (unverified: only which one is served matters). */
 async function servedSerial(port: number, name: string, o: { ALPNProtocols?: string[] } = {}): Promise<string> {
@@ -172,5 +175,32 @@ describe('gateway on HAProxy: certificates', () => {
     await settle();
     assert.notEqual(await plane.workerPid(), pid, 'reloaded');
     assert.equal(await servedSerial(port, C), both.serial);
+  });
+
+  test('metro names come and go a crt-list line each, on one loaded wildcard: no reload', async () => {
+    const pid = await plane.workerPid();
+    const wildcard = new X509Certificate(metro.cert).serialNumber.toLowerCase();
+    const listFile = path.join(dir, 'haproxy', 'certs', 'crt-list.txt');
+    table.set('gB', a);
+    routes.push(route('gB', 443, a[0].port, ['http', 'tls'], [B1, B2]));
+    await settle();
+    assert.equal(await servedSerial(port, B1), wildcard);
+    assert.equal((await request(port, B2, '/', { tls: true })).status, 200);
+    const lines = (await readFile(listFile, 'utf8')).split('\n');
+    const files = [A, B1, B2].map((n) => lines.find((l) => l.endsWith(` ${n}`))?.split(' ')[0]);
+    assert.ok(files[0]?.endsWith('/wildcard.pem'), `one line per name on the wildcard's file: ${lines.join(' | ')}`);
+    assert.deepEqual(new Set(files).size, 1);
+    // one name goes (its line is one of several naming the file), then the other with its group
+    routes[routes.length - 1] = route('gB', 443, a[0].port, ['http', 'tls'], [B2]);
+    await settle();
+    await assert.rejects(tlsConnect(port, B1), /unrecognized name/i);
+    assert.equal((await request(port, B2, '/', { tls: true })).status, 200);
+    assert.equal((await request(port, A, '/', { tls: true })).status, 200);
+    routes.pop();
+    await settle();
+    await assert.rejects(tlsConnect(port, B2), /unrecognized name/i);
+    assert.equal((await request(port, A, '/', { tls: true })).status, 200);
+    assert.doesNotMatch(await readFile(listFile, 'utf8'), /b-(one|two)\./);
+    assert.equal(await plane.workerPid(), pid, 'no reload happened');
   });
 });
