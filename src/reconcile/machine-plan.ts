@@ -24,6 +24,8 @@ export interface BootPlan {
   netUs: number | null;
   shutdown: Shutdown;
   readyPorts: number[];
+  /** a restore whose snapshot was taken with every ready port accepting: running once resumed, not probed */
+  readyAtResume: boolean;
   /** a restore whose guest has another address than the instance (a clone of a template): translated on its tap */
   guest?: GuestAddress;
   /** settles when the rules admit the tap: awaited after the VM is spawned, so QEMU's start covers it */
@@ -43,6 +45,8 @@ export interface RuntimeRec extends MachineRuntime {
   machine?: string;
   /** this boot restores a memory snapshot (machine-snapshots.ts) */
   restored?: boolean;
+  /** a restore that is running once its guest resumes: its ready ports accepted in the snapshot (no probe) */
+  readyAtResume?: boolean;
   /** the guest's own address and MAC when they are not the instance's (restored from a template): the tap translates */
   guest?: GuestAddress;
 }
@@ -147,11 +151,13 @@ export async function bootPlan(
       ...(reserved ? { warm: reserved.id } : {}),
     };
     const readyPorts = nic ? await readyPortsOf(s, inst, img.ports) : [];
+    const listening = new Set(inst.snapshot?.listening ?? []);
     return {
       spec,
       netUs,
       shutdown: img.shutdown,
       readyPorts,
+      readyAtResume: !!from && readyPorts.every((p) => listening.has(p)),
       admitted: nic?.admitted ?? Promise.resolve(),
       ...(guest ? { guest } : {}),
     };
@@ -194,6 +200,7 @@ export async function recordBootInTx(
       readyPorts: plan.readyPorts,
       machine: plan.spec.machine,
       ...(plan.spec.restore ? { restored: true } : {}),
+      ...(plan.readyAtResume ? { readyAtResume: true } : {}),
       ...(plan.guest ? { guest: plan.guest } : {}),
     } satisfies RuntimeRec,
     start_count: inst.start_count + 1,

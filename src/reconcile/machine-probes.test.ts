@@ -82,3 +82,20 @@ test('a boot without ready ports expects no probe; endAll aborts every one', asy
   await tick();
   assert.deepEqual(h.listening, []);
 });
+
+test('a restore running once resumed (gate false): its ports are connected to at ready, and nobody is told', async () => {
+  const h = harness();
+  h.probes.expect('f', '10.0.0.7', [80, 8080], false);
+  assert.deepEqual(h.tries, []);
+  h.probes.ready('f');
+  assert.deepEqual(h.tries, ['10.0.0.7:80', '10.0.0.7:8080'], 'touched in the same turn as the ready mark');
+  await h.openPort('10.0.0.7:80');
+  await h.openPort('10.0.0.7:8080');
+  assert.deepEqual(h.listening, [], 'the instance is running already: no listening mark');
+  // the VM ends while a touch is still open: it is aborted with the rest
+  h.probes.expect('g', '10.0.0.8', [8080], false);
+  h.probes.ready('g');
+  h.probes.end('g');
+  await tick();
+  assert.deepEqual(h.listening, []);
+});

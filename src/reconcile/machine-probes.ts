@@ -11,11 +11,21 @@
  * 2 cores) they kept a ready mark waiting 0.5-0.8 s in the instance's queue
  * while the port was open. `start` is the path of VMs whose boot this
  * process did not see (adopted ones); a probe runs at most once a boot.
+ *
+ * A restore whose ports accepted in its snapshot is running once it
+ * resumes, without a probe; its ports still get one connection each at the
+ * resume (`expect` with `gate` false), awaited by nothing: a new QEMU under
+ * TCG translates the guest's network path afresh on its first connection
+ * (6-15 ms here), and that is better spent while the platform records the
+ * resume and the client connects than on the client's own request.
  */
+/** How long the connections of a restore's ports (`touch`) may take. */
+const TOUCH_MS = 2000;
+
 export class ReadinessProbes {
   private readonly running = new Map<string, AbortController>();
   /** where the coming probe of a boot goes, until the guest is ready */
-  private readonly expected = new Map<string, { ip: string; ports: number[] }>();
+  private readonly expected = new Map<string, { ip: string; ports: number[]; gate: boolean }>();
   /** boots whose probe has started (running or done) */
   private readonly started = new Set<string>();
 
@@ -24,10 +34,14 @@ export class ReadinessProbes {
     private readonly onListening: (id: string, at: number) => void,
   ) {}
 
-  /** A boot was spawned: its probe goes to `ip` on `ports` once the guest is ready. */
-  expect(id: string, ip: string, ports: number[]): void {
+  /**
+   * A boot was spawned: its probe goes to `ip` on `ports` once the guest is
+   * ready; with `gate` false (a restore running once resumed) the ports are
+   * only connected to, once, and nothing waits for them.
+   */
+  expect(id: string, ip: string, ports: number[], gate = true): void {
     this.end(id);
-    if (ports.length > 0) this.expected.set(id, { ip, ports });
+    if (ports.length > 0) this.expected.set(id, { ip, ports, gate });
   }
 
   /** The driver saw the guest ready: the expected probe starts now. */
@@ -35,7 +49,20 @@ export class ReadinessProbes {
     const t = this.expected.get(id);
     if (!t) return;
     this.expected.delete(id);
-    this.start(id, t.ip, t.ports);
+    if (t.gate) this.start(id, t.ip, t.ports);
+    else this.touch(id, t.ip, t.ports);
+  }
+
+  /** One connection to each port (retried on refusal for at most TOUCH_MS), its end unobserved. */
+  private touch(id: string, ip: string, ports: number[]): void {
+    const ac = new AbortController();
+    this.running.set(id, ac);
+    const timer = setTimeout(() => ac.abort(new Error('touch ended')), TOUCH_MS);
+    timer.unref();
+    void Promise.allSettled(ports.map((p) => this.probePort(ip, p, ac.signal))).then(() => {
+      clearTimeout(timer);
+      if (this.running.get(id) === ac) this.running.delete(id);
+    });
   }
 
   /** Starts the probe of this boot, unless it has started already. */

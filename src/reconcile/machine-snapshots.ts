@@ -71,6 +71,8 @@ export class Snapshots {
     // the address in the guest's memory: the instance's own, or the template's it was cloned from
     const guest = rt.guest ?? ownAddress(inst);
     if (guest) rec.guest = guest;
+    const listening = listeningPorts(inst, rt);
+    if (listening) rec.listening = listening;
     await this.s.store.tx(async (tx) => {
       if (!(await tx.instances.getAny(inst.id))) return;
       await tx.instances.updateStatus(inst.id, { snapshot: rec, runtime: { ...rt, stopSentAt: now } });
@@ -125,6 +127,7 @@ export class Snapshots {
       );
     }
     const guest = rt.guest ?? ownAddress(src);
+    const listening = listeningPorts(src, rt);
     const rec: SnapshotRec = {
       bytes,
       created_at: new Date(this.s.clock.now()).toISOString(),
@@ -135,6 +138,7 @@ export class Snapshots {
       vmm: this.driver.snapshotVersion ?? 'unknown',
       taken_from: src.id,
       ...(guest ? { guest } : {}),
+      ...(listening ? { listening } : {}),
     };
     const kept = await this.s.store.tx(async (tx) => {
       if (!(await tx.instances.getAny(ck.id))) return false;
@@ -254,4 +258,13 @@ export class Snapshots {
     await this.fellBack(inst, msg, { snapshot: null, ...extra });
     rmSync(snapshotFile(this.s.paths.instance(inst.id)), { force: true });
   }
+}
+
+/**
+ * The guest ports known to accept in a VM's memory: its readiness ports once
+ * this boot reached `running` (they were probed, or came accepting with the
+ * snapshot it resumed from); undefined before.
+ */
+function listeningPorts(inst: InstanceRec, rt: Partial<RuntimeRec>): number[] | undefined {
+  return inst.boot_time_us !== null && rt.readyPorts ? [...rt.readyPorts] : undefined;
 }

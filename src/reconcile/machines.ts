@@ -518,7 +518,8 @@ export class MachineController implements Controller {
         volumes.map((v) => v.id),
       );
       rt = await this.driver.start(plan.spec);
-      if (inst.private_ip) this.probes?.expect(inst.id, inst.private_ip, plan.readyPorts);
+      // a restore whose ports accepted in its snapshot is running once resumed: they are only touched
+      if (inst.private_ip) this.probes?.expect(inst.id, inst.private_ip, plan.readyPorts, !plan.readyAtResume);
     } catch (e) {
       this.vmVolumes.untrack(inst.id);
       await this.detachNet(inst.id);
@@ -587,7 +588,8 @@ export class MachineController implements Controller {
     const resumed = ev.type === 'ready' && !!rt.restored;
     if (ev.type === 'init' && rt.restored) return;
     // An app that listens is running when its ports accept (probed from the host), not at the handover.
-    const probe = ev.type === 'ready' && !!rt.readyPorts?.length && !!inst.private_ip && !!this.probes;
+    const probe =
+      ev.type === 'ready' && !!rt.readyPorts?.length && !!inst.private_ip && !!this.probes && !rt.readyAtResume;
     if (probe) this.probes?.start(id, inst.private_ip!, rt.readyPorts!);
     if (resumed && inst.snapshot) await this.snapshots.consumed(id);
     const since = (at: number): number => Math.max(0, (at - (rt.spawnedAt ?? at)) * 1000);

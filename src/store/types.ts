@@ -213,6 +213,13 @@ export interface SnapshotRec {
    * the instance's own address.
    */
   guest?: GuestAddress;
+  /**
+   * The guest ports that accepted connections when it was taken (the VM's
+   * readiness ports, probed when it booted): the listening sockets are in
+   * this memory, so a restore whose ready ports are among them is running
+   * the moment the guest resumes, without a probe (docs/snapshots.md).
+   */
+  listening?: number[];
   /** a clone's start from a template: the file is the template's (`source`'s directory), kept after the restore */
   source?: string;
   /** a checkpoint: the instance it was taken of (its history) */

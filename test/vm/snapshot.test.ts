@@ -184,6 +184,8 @@ if (!insideTestNetns()) {
         );
         process.stderr.write(`stateful standby of Linux http (128 MB): snapshot of ${i.snapshot.size_bytes} bytes\n`);
         await poll('no QEMU in standby', async () => !vmRunning(web.uuid), 10_000, 50);
+        const record = () => h.daemon.services.store.read((tx) => tx.instances.getAny(web.uuid));
+        assert.deepEqual((await record())!.snapshot!.listening, [8080], 'the port that accepted when it was taken');
         const quota = (await h.call('GET', '/v1/users/quotas', t)).body.data.quotas[0];
         assert.equal(quota.used.snapshot_mb, Math.ceil(i.snapshot.size_bytes / 1024 / 1024));
 
@@ -194,6 +196,12 @@ if (!insideTestNetns()) {
         assert.equal(i.state, 'running');
         assert.equal(i.start_count, 2);
         assert.equal(i.snapshot, undefined, 'consumed by the restore');
+        const woken = (await record())!;
+        assert.equal(
+          woken.boot_time_us,
+          woken.vmm_ready_time_us,
+          'running at the resume: its port was not probed again',
+        );
         await poll('the snapshot file is gone', async () => !existsSync(file), 5000, 50);
         assert.equal(consoleOf(web.uuid).match(/http: listening on/g)?.length, 1, 'one boot in the console log');
 
