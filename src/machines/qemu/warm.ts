@@ -103,7 +103,7 @@ export interface WarmPoolOptions extends QemuOptions {
 const PREALLOC_MAX_MB = 256;
 
 /** The nice value of a warm VM until a restore takes it (MachineDriver.start sets 0 again). */
-const WARM_NICE = 10;
+const WARM_NICE = 19;
 
 /** Sets the nice value of every thread of `pid` (Linux's is per thread; a new thread takes its creator's). */
 export function setWarmPriority(pid: number, nice: number): void {
@@ -289,7 +289,7 @@ export class WarmPool {
       // QEMU, once it is its uid, passes through it (the daemon's umask may have closed it)
       chmodSync(jail, 0o711);
       // its NIC's tap (QEMU opens it as root, before it drops to its uid), kept down until a restore
-      await this.run(['ip', 'tuntap', 'add', 'dev', tap, 'mode', 'tap']);
+      await this.run(['nice', '-n', String(WARM_NICE), 'ip', 'tuntap', 'add', 'dev', tap, 'mode', 'tap']);
       const argv = [
         ...qemuArgv(
           // the NIC of the cold command line, so that the devices (and PCI slots) match the snapshot's
@@ -312,8 +312,11 @@ export class WarmPool {
         makeCgroups(id, shape.memoryMb, this.o.log),
       );
       // its end is reported once `w` is set (launch)
-      const pid = await launch(this.o.spawner, [cmd!, ...args], { stderr: runtimeFiles(dir).stderr }, (code) =>
-        this.ended(w!, code),
+      const pid = await launch(
+        this.o.spawner,
+        ['nice', '-n', String(WARM_NICE), cmd!, ...args],
+        { stderr: runtimeFiles(dir).stderr },
+        (code) => this.ended(w!, code),
       );
       // its start (20-60 ms of CPU) yields to the VMs and the daemon: it is ahead of need
       setWarmPriority(pid, WARM_NICE);
