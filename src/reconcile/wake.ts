@@ -116,19 +116,24 @@ export class Waker {
    * master that traffic may start (a master stopped by its user stays stopped).
    */
   private async startMaster(groupId: string): Promise<InstanceRec | undefined> {
-    return this.deps.store.tx(async (tx) => {
-      const c = await tx.autoscale.get(groupId);
-      if (!c?.enabled || c.min_size !== 0) return undefined;
-      const m = await tx.instances.getAny(c.master_id);
-      if (!m) return undefined;
-      if (m.desired === 'running') return endedForGood(m) ? undefined : m; // running, booting, or coming back up
-      const toStandby = m.state === 'standby' || m.stop_request?.standby === true;
-      if (!toStandby) return undefined;
-      const user = await tx.users.get(m.user_id);
-      if (!user) throw err('UH_NOT_FOUND', 'the owner of this service is gone');
-      this.log.info({ group: groupId, instance: m.id, from: m.state }, 'wake: starting the master');
-      return this.deps.instances.startInTx(tx, user, m, false, 'wake');
-    });
+    // What traffic did, not a request anyone was answered (TxOptions.runtime): lost with a power loss,
+    // the master is in standby still and the next request wakes it.
+    return this.deps.store.tx(
+      async (tx) => {
+        const c = await tx.autoscale.get(groupId);
+        if (!c?.enabled || c.min_size !== 0) return undefined;
+        const m = await tx.instances.getAny(c.master_id);
+        if (!m) return undefined;
+        if (m.desired === 'running') return endedForGood(m) ? undefined : m; // running, booting, or coming back up
+        const toStandby = m.state === 'standby' || m.stop_request?.standby === true;
+        if (!toStandby) return undefined;
+        const user = await tx.users.get(m.user_id);
+        if (!user) throw err('UH_NOT_FOUND', 'the owner of this service is gone');
+        this.log.info({ group: groupId, instance: m.id, from: m.state }, 'wake: starting the master');
+        return this.deps.instances.startInTx(tx, user, m, false, 'wake');
+      },
+      { runtime: true },
+    );
   }
 
   /** Resolves when the instance is running, or why not: it stopped, was deleted, or `timeoutMs` passed. */
