@@ -22,10 +22,14 @@ import { join } from 'node:path';
 export class ConsoleLog {
   readonly file: string;
   private readonly baseFile: string;
+  /** console.log, open for appending while this writer appends (a VM's pump) */
+  private fd: number | null = null;
 
+  /** `hold`: keep the file open between appends, until `close` (a VM's pump: many small appends) */
   constructor(
     dir: string,
     private readonly max = 1024 * 1024,
+    private readonly hold = false,
   ) {
     mkdirSync(dir, { recursive: true });
     this.file = join(dir, 'console.log');
@@ -38,15 +42,31 @@ export class ConsoleLog {
     return Number.isFinite(n) ? n : 0;
   }
 
-  /** Appends bytes, trimming the oldest half when the file exceeds the bound. */
+  /**
+   * Appends bytes, trimming the oldest half when the file exceeds the
+   * bound. With `hold` the file stays open between appends (a booting
+   * guest's console comes in many small pieces) until `close`; another
+   * writer's trim replaces the file (the old one has no link left), and the
+   * next append opens the new one.
+   */
   append(data: Buffer): void {
-    const fd = openSync(this.file, 'a');
+    if (this.fd !== null && fstatSync(this.fd).nlink === 0) this.close();
+    this.fd ??= openSync(this.file, 'a');
     try {
-      writeSync(fd, data);
-      if (fstatSync(fd).size > this.max) this.trim();
+      writeSync(this.fd, data);
+      if (fstatSync(this.fd).size > this.max) {
+        this.close();
+        this.trim();
+      }
     } finally {
-      closeSync(fd);
+      if (!this.hold) this.close();
     }
+  }
+
+  /** Closes the file kept open by `append` (the next append opens it again). */
+  close(): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
   }
 
   private trim(): void {

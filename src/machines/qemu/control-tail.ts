@@ -1,16 +1,7 @@
-import {
-  closeSync,
-  existsSync,
-  fstatSync,
-  openSync,
-  readFileSync,
-  readSync,
-  statSync,
-  truncateSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import type { ControlState } from '../driver.js';
 import { applyControlLine, emptyControl } from '../stop-info.js';
+import { HeldFile } from './held-file.js';
 
 /**
  * Control text read per boot at most. The protocol is a few short lines per
@@ -36,6 +27,7 @@ export interface ControlTailOptions {
  */
 export class ControlTail {
   readonly state: ControlState = emptyControl();
+  private readonly file: HeldFile;
   private offset = 0;
   private partial = '';
   private used = 0;
@@ -48,7 +40,13 @@ export class ControlTail {
     adopted = false,
   ) {
     this.budget = o.budget ?? CONTROL_BUDGET;
+    this.file = new HeldFile(o.path);
     if (adopted) this.loadSaved();
+  }
+
+  /** Lets the file go (the VM ended). */
+  close(): void {
+    this.file.close();
   }
 
   /** Whether the guest wrote more than the budget this boot. */
@@ -62,7 +60,7 @@ export class ControlTail {
       truncateIfAny(this.o.path);
       return false;
     }
-    const chunk = readAt(this.o.path, this.offset, this.budget - this.used);
+    const chunk = readAt(this.file, this.offset, this.budget - this.used);
     if (chunk.length === 0) return false;
     this.offset += chunk.length;
     this.used += chunk.length;
@@ -103,24 +101,10 @@ function truncateIfAny(path: string): void {
   }
 }
 
-/** Up to `max` bytes of `path` from `offset`. */
-function readAt(path: string, offset: number, max: number): Buffer {
-  let fd: number;
-  try {
-    fd = openSync(path, 'r');
-  } catch {
-    return Buffer.alloc(0);
-  }
-  try {
-    const buf = Buffer.alloc(Math.max(0, Math.min(max, fstatSync(fd).size - offset)));
-    let n = 0;
-    while (n < buf.length) {
-      const r = readSync(fd, buf, n, buf.length - n, offset + n);
-      if (r === 0) break;
-      n += r;
-    }
-    return buf.subarray(0, n);
-  } finally {
-    closeSync(fd);
-  }
+/** Up to `max` bytes of `file` from `offset`. */
+function readAt(file: HeldFile, offset: number, max: number): Buffer {
+  const size = file.size();
+  if (size <= offset) return Buffer.alloc(0);
+  const buf = Buffer.alloc(Math.min(max, size - offset));
+  return buf.subarray(0, file.read(buf, offset));
 }

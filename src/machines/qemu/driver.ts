@@ -4,7 +4,6 @@ import {
   mkdirSync,
   openSync,
   readFileSync,
-  readSync,
   renameSync,
   rmSync,
   statSync,
@@ -15,7 +14,7 @@ import {
   constants,
   type FSWatcher,
 } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import pLimit from 'p-limit';
 import type { MachineChooser } from '../../images/boot-files.js';
 import { ConsoleLog } from '../console-log.js';
@@ -32,6 +31,7 @@ import { processStats } from '../stats.js';
 import { emptyControl } from '../stop-info.js';
 import { handoverOffset } from '../unikraft.js';
 import { ControlTail } from './control-tail.js';
+import { HeldFile } from './held-file.js';
 import { confinedCommand, jailArgv, jailRoot, makeCgroups, processUid, removeCgroups, vmUid } from './jail.js';
 import { alive, hostVms, killGroup, killVm, runsInJail } from './procs.js';
 import { QmpClient } from './qmp.js';
@@ -89,6 +89,9 @@ interface Vm {
   /** console bytes of this boot (for the crash cause), capped */
   bootConsole: string;
   serialOffset: number;
+  /** its runtime files (runtimeFiles), and serial.raw held open for the pump */
+  files: ReturnType<typeof runtimeFiles>;
+  serial: HeldFile;
   /** serial.pos, kept open: the position is rewritten in place after every console read (-1: closed, the VM ended) */
   posFd: number | null;
   done: Promise<void>;
@@ -320,6 +323,7 @@ export class QemuDriver implements MachineDriver {
   private track(spec: MachineSpec, pid: number, spawnedAt: number, adopted = false): Vm {
     let resolveDone!: () => void;
     const done = new Promise<void>((r) => (resolveDone = r));
+    const files = runtimeFiles(spec.dir);
     const vm: Vm = {
       id: spec.id,
       dir: spec.dir,
@@ -338,8 +342,8 @@ export class QemuDriver implements MachineDriver {
         spec.contract === 'unihost'
           ? new ControlTail(
               {
-                path: runtimeFiles(spec.dir).control,
-                savedPath: runtimeFiles(spec.dir).controlState,
+                path: files.control,
+                savedPath: files.controlState,
                 onFlood: (bytes) =>
                   this.o.log?.(
                     { id: spec.id, bytes },
@@ -354,18 +358,24 @@ export class QemuDriver implements MachineDriver {
       // adopted too: a daemon killed mid-restore leaves a VM that may still wait to be resumed
       restoring: !!spec.restore,
       resumePaused: !!spec.resumePaused,
-      console: new ConsoleLog(this.o.logDir(spec.id)),
+      console: new ConsoleLog(this.o.logDir(spec.id), undefined, true),
       shape: warmShapeOf(spec),
       bootConsole: '',
       serialOffset: adopted ? savedSerialPos(spec.dir) : 0,
+      files,
+      serial: new HeldFile(files.serial),
       posFd: null,
       done,
       resolveDone,
     };
     this.vms.set(spec.id, vm);
     this.uids.delete(spec.id);
+    // only the files the pump reads: not serial.pos, which it writes itself, nor QMP's socket or stderr
+    const pumped = new Set([basename(files.serial), basename(files.control)]);
     try {
-      vm.watcher = watch(spec.dir, () => this.pump(vm));
+      vm.watcher = watch(spec.dir, (_type, name) => {
+        if (name === null || pumped.has(String(name))) this.pump(vm);
+      });
     } catch {
       vm.watcher = null;
     }
@@ -465,8 +475,8 @@ export class QemuDriver implements MachineDriver {
   }
 
   private pumpOnce(vm: Vm): void {
-    const f = runtimeFiles(vm.dir);
-    const { skipped, bytes: fresh } = readConsole(f.serial, vm.serialOffset);
+    const f = vm.files;
+    const { skipped, bytes: fresh } = readConsole(vm.serial, vm.serialOffset);
     if (skipped > 0) {
       vm.console.append(Buffer.from(`\n[unihost: ${skipped} bytes of console output skipped]\n`));
       vm.serialOffset += skipped;
@@ -511,7 +521,7 @@ export class QemuDriver implements MachineDriver {
     if (vm.exited) return;
     vm.exited = true;
     this.pump(vm);
-    closePos(vm);
+    closeFiles(vm);
     vm.watcher?.close();
     if (vm.poll) clearInterval(vm.poll);
     if (vm.powerdown) clearInterval(vm.powerdown);
@@ -587,7 +597,7 @@ export class QemuDriver implements MachineDriver {
     await this.pool?.close();
     this.spawner?.close();
     for (const vm of this.vms.values()) {
-      closePos(vm);
+      closeFiles(vm);
       vm.watcher?.close();
       if (vm.poll) clearInterval(vm.poll);
       if (vm.powerdown) clearInterval(vm.powerdown);
@@ -600,9 +610,13 @@ export class QemuDriver implements MachineDriver {
 /** Width of serial.pos: a decimal position padded with spaces (older daemons wrote it unpadded; both read). */
 const POS_WIDTH = 20;
 
-function closePos(vm: Vm): void {
+/** Closes what the pump holds open for a VM that ended (or is let go). */
+function closeFiles(vm: Vm): void {
   if (vm.posFd !== null && vm.posFd >= 0) closeSync(vm.posFd);
   vm.posFd = -1;
+  vm.serial.close();
+  vm.ctl?.close();
+  vm.console.close();
 }
 
 /** The console position an earlier daemon recorded for a VM; 0 when unknown or past the file's end. */
@@ -626,32 +640,10 @@ export const CONSOLE_TAIL = 1024 * 1024;
  * read whole: all but its last CONSOLE_TAIL bytes are skipped (the bounded
  * log would drop them at once), and `skipped` says how many.
  */
-export function readConsole(path: string, offset: number): { skipped: number; bytes: Buffer } {
-  const size = existsSync(path) ? statSync(path).size : 0;
+export function readConsole(file: HeldFile, offset: number): { skipped: number; bytes: Buffer } {
+  const size = file.size();
+  if (size <= offset) return { skipped: 0, bytes: Buffer.alloc(0) };
   const skipped = size - offset > MAX_CONSOLE_READ ? size - offset - CONSOLE_TAIL : 0;
-  return { skipped, bytes: readFrom(path, offset + skipped) };
-}
-
-function readFrom(path: string, offset: number): Buffer {
-  if (!existsSync(path)) return Buffer.alloc(0);
-  const size = statSync(path).size;
-  if (size <= offset) return Buffer.alloc(0);
-  const fd = openSync(path, 'r');
-  try {
-    const buf = Buffer.alloc(size - offset);
-    const n = readSyncAll(fd, buf, offset);
-    return buf.subarray(0, n);
-  } finally {
-    closeSync(fd);
-  }
-}
-
-function readSyncAll(fd: number, buf: Buffer, pos: number): number {
-  let n = 0;
-  while (n < buf.length) {
-    const r = readSync(fd, buf, n, buf.length - n, pos + n);
-    if (r === 0) break;
-    n += r;
-  }
-  return n;
+  const buf = Buffer.alloc(size - offset - skipped);
+  return { skipped, bytes: buf.subarray(0, file.read(buf, offset + skipped)) };
 }

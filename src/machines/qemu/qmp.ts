@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { existsSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -215,6 +216,12 @@ export class QmpClient extends EventEmitter {
 
 async function connectWithRetry(path: string, deadline: number): Promise<Socket> {
   for (;;) {
+    // until QEMU has made its socket, a stat per try (a failed connect costs a socket and an error: ~15 of
+    // them while a guest boots under TCG, on the core it boots on)
+    if (!existsSync(path) && Date.now() < deadline) {
+      await sleep(Math.min(2, Math.max(1, deadline - Date.now())));
+      continue;
+    }
     try {
       return await connectOnce(path);
     } catch (e) {
