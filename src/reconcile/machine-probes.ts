@@ -1,3 +1,6 @@
+/** How long the connections of a restore's ports (`touch`, below) may take. */
+const TOUCH_MS = 2000;
+
 /**
  * Readiness probes of booting instances (docs/guest-contract.md): every
  * ready port of the instance's private IP is probed; when all accept,
@@ -19,9 +22,6 @@
  * (6-15 ms here), and that is better spent while the platform records the
  * resume and the client connects than on the client's own request.
  */
-/** How long the connections of a restore's ports (`touch`) may take. */
-const TOUCH_MS = 2000;
-
 export class ReadinessProbes {
   private readonly running = new Map<string, AbortController>();
   /** where the coming probe of a boot goes, until the guest is ready */
