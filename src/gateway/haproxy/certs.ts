@@ -197,7 +197,8 @@ export async function applyCerts(api: RuntimeApi, f: PlaneFiles, have: CertEntri
     }
     for (const [key, e] of want) {
       if (have.has(key)) continue;
-      await expect(api, `add ssl crt-list ${f.crtList}`, /Success!/, line(f, { ...e, pem: loaded.get(e.file)! }));
+      await expect(api, `add ssl crt-list ${f.crtList}`, /Success!/, line(f, e));
+      // with what its file holds now: a renewal below brings it to `want`'s
       have.set(key, { ...e, pem: loaded.get(e.file)! });
       lines = true;
     }

@@ -60,7 +60,7 @@ export class ControlTail {
       truncateIfAny(this.o.path);
       return false;
     }
-    const chunk = readAt(this.file, this.offset, this.budget - this.used);
+    const chunk = this.file.readFrom(this.offset, this.budget - this.used);
     if (chunk.length === 0) return false;
     this.offset += chunk.length;
     this.used += chunk.length;
@@ -99,12 +99,4 @@ function truncateIfAny(path: string): void {
   } catch {
     /* not created yet, or removed with the VM */
   }
-}
-
-/** Up to `max` bytes of `file` from `offset`. */
-function readAt(file: HeldFile, offset: number, max: number): Buffer {
-  const size = file.size();
-  if (size <= offset) return Buffer.alloc(0);
-  const buf = Buffer.alloc(Math.min(max, size - offset));
-  return buf.subarray(0, file.read(buf, offset));
 }

@@ -642,8 +642,6 @@ export const CONSOLE_TAIL = 1024 * 1024;
  */
 export function readConsole(file: HeldFile, offset: number): { skipped: number; bytes: Buffer } {
   const size = file.size();
-  if (size <= offset) return { skipped: 0, bytes: Buffer.alloc(0) };
   const skipped = size - offset > MAX_CONSOLE_READ ? size - offset - CONSOLE_TAIL : 0;
-  const buf = Buffer.alloc(size - offset - skipped);
-  return { skipped, bytes: buf.subarray(0, file.read(buf, offset + skipped)) };
+  return { skipped, bytes: file.readFrom(offset + skipped, Infinity, size) };
 }

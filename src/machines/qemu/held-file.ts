@@ -20,17 +20,21 @@ export class HeldFile {
     return fd === null ? -1 : fstatSync(fd).size;
   }
 
-  /** Reads into `buf` from `pos` until it is full or the file ends; the bytes read. */
-  read(buf: Buffer, pos: number): number {
+  /**
+   * Its bytes from `pos` on, at most `max`; none while it does not exist.
+   * `size`: its size if the caller has just read it (one `fstat` less).
+   */
+  readFrom(pos: number, max = Infinity, size = this.size()): Buffer {
     const fd = this.open();
-    if (fd === null) return 0;
+    if (fd === null || size <= pos) return Buffer.alloc(0);
+    const buf = Buffer.alloc(Math.min(max, size - pos));
     let n = 0;
     while (n < buf.length) {
       const r = readSync(fd, buf, n, buf.length - n, pos + n);
       if (r === 0) break;
       n += r;
     }
-    return n;
+    return buf.subarray(0, n);
   }
 
   close(): void {
