@@ -178,7 +178,12 @@ export class BackendTable {
     for (const list of this.groups.values()) for (const b of list) if (b.instanceId === instanceId) b.state = state;
     return this.onChange();
   }
-  get = (groupId: string): Backend[] => this.groups.get(groupId) ?? [];
+  /** how many times the plane read the table (a test can wait for an apply to have read it) */
+  reads = 0;
+  get = (groupId: string): Backend[] => {
+    this.reads++;
+    return this.groups.get(groupId) ?? [];
+  };
 }
 
 /**

@@ -230,13 +230,15 @@ describe('gateway: an instance taken out ahead of its stop', () => {
     assert.equal(await greeting(), 'hello from Ta');
     // two new ports: the first reload goes at once, the second waits for the gap
     await gw.setRoutes([gT(), route('gX', 9443, 1, ['tls'], ['x-xxxx.unihost.test'])]);
+    const read = table.reads;
     const reloading = gw.setRoutes([
       gT(),
       route('gX', 9443, 1, ['tls'], ['x-xxxx.unihost.test']),
       route('gY', 9444, 1, ['tls'], ['y-yyyy.unihost.test']),
     ]);
-    // the owner's table (read before the stop) still has it running while the reload waits
-    await new Promise((r) => setTimeout(r, 200));
+    // the owner's table, read before the stop, still has it running while the reload waits
+    // (waited for, not slept on: a loaded machine can start the apply late)
+    await until(() => table.reads > read, 'the apply read the table');
     await gw.leave('Ta');
     await reloading;
     assert.equal(gw.boundPort(9444) !== undefined, true, 'the reload took place');
