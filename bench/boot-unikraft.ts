@@ -51,10 +51,15 @@ export const fmt = (xs: number[]): string => {
   return `median ${st.median.toFixed(0).padStart(5)} ms  p95 ${st.p95.toFixed(0).padStart(5)} ms  (min ${st.min.toFixed(0)}, max ${st.max.toFixed(0)}, n=${xs.length})`;
 };
 
-/** A JSON API call with the bench user's token; GET parameters go in the body like the spec allows. */
+/**
+ * A JSON API call with the bench user's token; GET parameters go in the body like the spec allows.
+ * The connection is kept for the next call, as an API client's is: undici closes it after a GET or
+ * DELETE with a body unless told not to, and the next call (a create) then paid a new connection.
+ */
 export const apiCaller = (url: string, token: string) => async (method: string, path: string, body: unknown) => {
   const r = await request(url + path, {
     method: method as 'GET',
+    reset: false,
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: JSON.stringify(body),
   });

@@ -137,8 +137,9 @@ test('a failed nft run that a later one covers admits the tap; failing again, th
   release();
   await Promise.all([first.admitted, second.admitted]);
   for (const t of [a, b]) assert.ok(s.rules.includes(t.tap), `${t.tap} is in the rules applied`);
-  // every run fails for c: its boot is refused, and once nft works again the rules no longer name it
-  s.nftFailures = 2;
+  // every run fails for c (its elements, then the whole ruleset, then the retry's whole ruleset): its
+  // boot is refused, and once nft works again the rules no longer name it
+  s.nftFailures = 3;
   const third = await net.attachTap(c);
   await assert.rejects(third.admitted, /Device or resource busy/);
   await new Promise((r) => setTimeout(r, 20));

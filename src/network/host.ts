@@ -7,7 +7,15 @@ import { NftBatch } from './nft-batch.js';
 import type { NetworkDriver, Overlay } from './driver.js';
 import { waitForPort } from './probe.js';
 import { VM_UID_BASE, VM_UIDS } from '../machines/qemu/jail.js';
-import { renderDelete, renderRules, type TapSpec, checkTapSpec, IFNAME } from './rules.js';
+import {
+  renderDelete,
+  renderRules,
+  renderTapChanges,
+  type RulesOptions,
+  type TapSpec,
+  checkTapSpec,
+  IFNAME,
+} from './rules.js';
 import pLimit from 'p-limit';
 
 export type { TapSpec } from './rules.js';
@@ -81,6 +89,8 @@ export class HostNetwork implements NetworkDriver {
   private fdb: Set<string> | null = null;
   /** the ruleset as last applied: an unchanged one is not applied again, except to repair ('' = unknown) */
   private lastRules = '';
+  /** the taps and the options (the ruleset without taps) of `lastRules`: what a change of taps starts from */
+  private lastApplied: { taps: TapSpec[]; base: string } | null = null;
   private readonly run: Runner;
   private readonly guestToHost: { udp: number[]; tcp: number[] };
   private readonly taps = new Map<string, TapSpec>();
@@ -454,6 +464,7 @@ export class HostNetwork implements NetworkDriver {
       this.overlay = null;
       this.fdb = null;
       this.lastRules = '';
+      this.lastApplied = null;
       if (await this.linkExists(this.vxlan)) await this.ip('link', 'del', 'dev', this.vxlan);
       if (await this.linkExists(this.bridge)) await this.ip('link', 'del', 'dev', this.bridge);
       await this.run(['nft', '-f', '-'], renderDelete(this.table));
@@ -606,33 +617,47 @@ export class HostNetwork implements NetworkDriver {
     await this.ipLines([`neigh flush to ${ip} dev ${this.bridge}`], 'remove').catch(() => undefined);
   }
 
-  /** Applies the ruleset of the known taps (and overlay); an unchanged one only when `force` (a repair). */
+  /**
+   * Applies the ruleset of the known taps (and overlay); an unchanged one only when `force` (a repair).
+   * A change of taps alone goes as elements added and deleted (`renderTapChanges`); if nft refuses
+   * those (the kernel's ruleset is not what we last applied), the whole ruleset goes at once.
+   */
   private applyRules(force = false): Promise<void> {
     return this.rulesLock(async () => {
-      const script = renderRules(
-        {
-          bridge: this.bridge,
-          bridgeMac: this.bridgeMac,
-          table: this.table,
-          tapPrefix: this.tapPrefix,
-          hostTcpPorts: this.guestToHost.tcp,
-          hostUdpPorts: this.guestToHost.udp,
-          vmUids: [VM_UID_BASE, VM_UID_BASE + VM_UIDS - 1],
-          ...(this.overlay && {
-            overlay: {
-              port: this.vxlan,
-              gateways: this.overlay.peers.map((p) => p.gateway),
-              remote: this.overlay.remote,
-            },
-          }),
-        },
-        [...this.taps.values()],
-      );
+      const o: RulesOptions = {
+        bridge: this.bridge,
+        bridgeMac: this.bridgeMac,
+        table: this.table,
+        tapPrefix: this.tapPrefix,
+        hostTcpPorts: this.guestToHost.tcp,
+        hostUdpPorts: this.guestToHost.udp,
+        vmUids: [VM_UID_BASE, VM_UID_BASE + VM_UIDS - 1],
+        ...(this.overlay && {
+          overlay: {
+            port: this.vxlan,
+            gateways: this.overlay.peers.map((p) => p.gateway),
+            remote: this.overlay.remote,
+          },
+        }),
+      };
+      const taps = [...this.taps.values()];
+      const script = renderRules(o, taps);
       if (!force && script === this.lastRules) return;
+      const base = renderRules(o, []);
+      const last = this.lastApplied;
+      const changes = !force && last?.base === base ? renderTapChanges(o, last.taps, taps) : null;
       this.lastRules = '';
-      if (this.batch && NftBatch.fits(script)) await this.batch.nft.run(script);
-      else await this.run(['nft', '-f', '-'], script);
+      this.lastApplied = null;
+      const apply = (s: string): Promise<unknown> =>
+        this.batch && NftBatch.fits(s) ? this.batch.nft.run(s) : this.run(['nft', '-f', '-'], s);
+      try {
+        await apply(changes ?? script);
+      } catch (e) {
+        if (changes === null) throw e;
+        await apply(script);
+      }
       this.lastRules = script;
+      this.lastApplied = { taps, base };
     });
   }
 }

@@ -21,6 +21,8 @@
  *    allowed; nothing is routed between the bridge and anywhere else.
  */
 
+import { createHash } from 'node:crypto';
+
 export interface TapSpec {
   /** tap device name (see `tapName`) */
   tap: string;
@@ -123,7 +125,17 @@ function translation(taps: TapSpec[]): string[] {
 const q = (s: string): string => `"${s}"`;
 const set = (items: string[]): string => `{ ${items.join(', ')} }`;
 
-/** Taps grouped by user, users in a stable order (chain names u0, u1, ...). */
+/**
+ * A user's name in the ruleset: its chain `u<key>`, its set of taps `o<key>`
+ * (and with the overlay `r<key>`, `in<key>`). Taken from the user's id, not
+ * from an order, so a user's chain is the same in every ruleset and a tap of
+ * an existing user is admitted by adding elements (`renderTapChanges`).
+ */
+export function userKey(userId: string): string {
+  return createHash('sha256').update(userId).digest('hex').slice(0, 16);
+}
+
+/** Taps grouped by user, users in a stable order. */
 function byUser(taps: TapSpec[]): TapSpec[][] {
   const m = new Map<string, TapSpec[]>();
   for (const t of [...taps].sort((a, b) => a.tap.localeCompare(b.tap))) {
@@ -145,8 +157,9 @@ function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
   if (ov) {
     // per local user: the addresses of that user's instances on other hosts; the other hosts' gateways
     L.push(`  set peer_gw { type ipv4_addr; }`, `  map tap_in { type ifname : verdict; }`);
-    users.forEach((_u, i) => L.push(`  set r${i} { type ipv4_addr; }`));
+    for (const u of users) L.push(`  set r${userKey(u[0]!.userId)} { type ipv4_addr; }`);
   }
+  for (const u of users) L.push(`  set o${userKey(u[0]!.userId)} { type ifname; }`);
   // Anti-spoofing: every frame a tap sends must carry its own addresses.
   L.push(`  chain prerouting {`, `    type filter hook prerouting priority -200; policy accept;`);
   L.push(`    iifname != ${pfx} accept`);
@@ -170,35 +183,39 @@ function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
     `ether type arp arp ${dir} ip @${setName} accept`,
     `ether type ip ip ${dir} @${setName} accept`,
   ];
-  users.forEach((u, i) => {
-    L.push(`  chain u${i} {`, `    oifname ${set(u.map((t) => q(t.tap)))} accept`);
+  for (const u of users) {
+    const k = userKey(u[0]!.userId);
+    L.push(`  chain u${k} {`, `    oifname @o${k} accept`);
     if (ov)
-      for (const r of [...from('daddr', `r${i}`), ...from('daddr', 'peer_gw')])
+      for (const r of [...from('daddr', `r${k}`), ...from('daddr', 'peer_gw')])
         L.push(`    oifname ${q(ov.port)} ${r}`);
     L.push(`    drop`, `  }`);
     if (ov)
       L.push(
-        `  chain in${i} {`,
-        ...[...from('saddr', `r${i}`), ...from('saddr', 'peer_gw')].map((r) => `    ${r}`),
+        `  chain in${k} {`,
+        ...[...from('saddr', `r${k}`), ...from('saddr', 'peer_gw')].map((r) => `    ${r}`),
         `    drop`,
         `  }`,
       );
-  });
+  }
   L.push(...translation(taps));
   L.push(`}`);
   if (taps.length) {
     const els = (f: (t: TapSpec) => string): string => set(taps.map(f));
     L.push(`add element bridge ${o.table} tap_mac ${els((t) => `${q(t.tap)} . ${t.mac}`)}`);
     L.push(`add element bridge ${o.table} tap_ip ${els((t) => `${q(t.tap)} . ${t.ip}`)}`);
-    const vm = users.flatMap((u, i) => u.map((t) => `${q(t.tap)} : jump u${i}`));
+    const vm = taps.map((t) => `${q(t.tap)} : jump u${userKey(t.userId)}`);
     L.push(`add element bridge ${o.table} tap_user ${set(vm)}`);
+    for (const u of users)
+      L.push(`add element bridge ${o.table} o${userKey(u[0]!.userId)} ${set(u.map((t) => q(t.tap)))}`);
     if (ov) {
-      const inn = users.flatMap((u, i) => u.map((t) => `${q(t.tap)} : jump in${i}`));
+      const inn = taps.map((t) => `${q(t.tap)} : jump in${userKey(t.userId)}`);
       L.push(`add element bridge ${o.table} tap_in ${set(inn)}`);
-      users.forEach((u, i) => {
+      for (const u of users) {
         const ips = ov.remote.filter((r) => r.userId === u[0]!.userId).map((r) => r.ip);
-        if (ips.length) L.push(`add element bridge ${o.table} r${i} ${set([...new Set(ips)].sort())}`);
-      });
+        if (ips.length)
+          L.push(`add element bridge ${o.table} r${userKey(u[0]!.userId)} ${set([...new Set(ips)].sort())}`);
+      }
     }
   }
   if (ov?.gateways.length) L.push(`add element bridge ${o.table} peer_gw ${set([...ov.gateways].sort())}`);
@@ -259,6 +276,51 @@ export function renderRules(o: RulesOptions, taps: TapSpec[]): string {
     ...inetTable(o),
     '',
   ].join('\n');
+}
+
+/**
+ * The script that takes the ruleset of `before` (rendered whole, or reached
+ * by such scripts) to that of `after` by adding and deleting elements: a
+ * tap admitted or dropped costs nft a few elements instead of the whole
+ * ruleset again (measured with a running `nft -i`: 0.3 ms of its CPU against
+ * 1.2 ms for a ruleset of three taps, and the whole grows with the taps).
+ * A user's first tap adds its set and chain (`add` leaves existing ones, and
+ * the chain is flushed before its rules go in); a user's last tap leaves
+ * them, empty, until the next whole ruleset. Null when only a whole ruleset
+ * says it: with the overlay (its per-user rules and sets follow other hosts)
+ * or a tap with address translation (its rules name it) among the changes.
+ */
+export function renderTapChanges(o: RulesOptions, before: TapSpec[], after: TapSpec[]): string | null {
+  if (o.overlay) return null;
+  after.forEach(checkTapSpec);
+  const key = (t: TapSpec): string => JSON.stringify([t.userId, t.ip, t.mac, t.guest?.ip, t.guest?.mac]);
+  const was = new Map(before.map((t) => [t.tap, t]));
+  const now = new Map(after.map((t) => [t.tap, t]));
+  const gone = before.filter((t) => now.get(t.tap) === undefined || key(now.get(t.tap)!) !== key(t));
+  const added = after.filter((t) => was.get(t.tap) === undefined || key(was.get(t.tap)!) !== key(t));
+  if ([...gone, ...added].some((t) => t.guest)) return null;
+  const T = `bridge ${o.table}`;
+  const L: string[] = [];
+  for (const t of gone) {
+    L.push(`delete element ${T} tap_mac { ${q(t.tap)} . ${t.mac} }`);
+    L.push(`delete element ${T} tap_ip { ${q(t.tap)} . ${t.ip} }`);
+    L.push(`delete element ${T} tap_user { ${q(t.tap)} }`);
+    L.push(`delete element ${T} o${userKey(t.userId)} { ${q(t.tap)} }`);
+  }
+  const users = new Set(before.filter((t) => !gone.includes(t)).map((t) => t.userId));
+  for (const t of added) {
+    const k = userKey(t.userId);
+    if (!users.has(t.userId)) {
+      users.add(t.userId);
+      L.push(`add set ${T} o${k} { type ifname; }`, `add chain ${T} u${k}`, `flush chain ${T} u${k}`);
+      L.push(`add rule ${T} u${k} oifname @o${k} accept`, `add rule ${T} u${k} drop`);
+    }
+    L.push(`add element ${T} tap_mac { ${q(t.tap)} . ${t.mac} }`);
+    L.push(`add element ${T} tap_ip { ${q(t.tap)} . ${t.ip} }`);
+    L.push(`add element ${T} o${k} { ${q(t.tap)} }`);
+    L.push(`add element ${T} tap_user { ${q(t.tap)} : jump u${k} }`);
+  }
+  return L.length ? `${L.join('\n')}\n` : '';
 }
 
 /** The script that removes both tables (teardown). */

@@ -169,34 +169,54 @@ describe(
     test('nft rules: per-user chains, address sets, guests reach the host only on DNS', async () => {
       const net = new HostNetwork(opts);
       await net.sync([a1, a2, b1]);
-      const br = sh('nft', 'list', 'table', 'bridge', 'unihost');
-      const chainOf = (tap: string): string => new RegExp(`"${tap}" : jump (u\\d+)`).exec(br)?.[1] ?? 'none';
-      assert.equal(chainOf(a1.tap), chainOf(a2.tap), 'alice taps share a chain');
-      assert.notEqual(chainOf(a1.tap), chainOf(b1.tap));
-      const alice = new RegExp(`chain ${chainOf(a1.tap)} \\{\\s*oifname \\{([^}]*)\\} accept\\s*drop`).exec(br)![1]!;
-      assert.deepEqual(
-        alice
+      const br = (): string => sh('nft', 'list', 'table', 'bridge', 'unihost');
+      const chainOf = (tap: string): string => new RegExp(`"${tap}" : jump (u[0-9a-f]+)`).exec(br())?.[1] ?? 'none';
+      /** the taps a user's chain lets frames out to: its set's elements */
+      const outTaps = (chain: string): string[] => {
+        const set = new RegExp(`chain ${chain} \\{\\s*oifname @(o[0-9a-f]+) accept\\s*drop`).exec(br())![1]!;
+        const els = new RegExp(`set ${set} \\{[^}]*?elements = \\{([^}]*)\\}`).exec(br())?.[1] ?? '';
+        return els
           .split(',')
           .map((t) => t.trim())
-          .sort(),
-        [`"${a1.tap}"`, `"${a2.tap}"`].sort(),
-      );
+          .filter(Boolean)
+          .sort();
+      };
+      assert.equal(chainOf(a1.tap), chainOf(a2.tap), 'alice taps share a chain');
+      assert.notEqual(chainOf(a1.tap), chainOf(b1.tap));
+      assert.deepEqual(outTaps(chainOf(a1.tap)), [`"${a1.tap}"`, `"${a2.tap}"`].sort());
+      assert.deepEqual(outTaps(chainOf(b1.tap)), [`"${b1.tap}"`]);
       for (const t of [a1, a2, b1]) {
-        assert.match(br, new RegExp(`"${t.tap}" \\. ${t.mac}`), 'MAC set');
-        assert.match(br, new RegExp(`"${t.tap}" \\. ${t.ip.replace(/\./g, '\\.')}`), 'IP set');
+        assert.match(br(), new RegExp(`"${t.tap}" \\. ${t.mac}`), 'MAC set');
+        assert.match(br(), new RegExp(`"${t.tap}" \\. ${t.ip.replace(/\./g, '\\.')}`), 'IP set');
       }
       const inet = sh('nft', 'list', 'table', 'inet', 'unihost');
       assert.match(inet, /udp dport 53 accept/);
       assert.match(inet, /iifname "uhbr0" drop/);
+      // a tap that goes, and one of a new user: elements and a chain, the others untouched
+      const alice = chainOf(a1.tap);
+      await net.removeTap(a2.tap);
+      const c1 = spec('carol', '10.77.0.5');
+      await net.ensureTap(c1);
+      assert.doesNotMatch(br(), new RegExp(a2.tap), 'a2 gone from the rules');
+      assert.deepEqual(outTaps(alice), [`"${a1.tap}"`]);
+      assert.equal(chainOf(a1.tap), alice);
+      assert.notEqual(chainOf(c1.tap), alice);
+      assert.deepEqual(outTaps(chainOf(c1.tap)), [`"${c1.tap}"`]);
+      assert.match(br(), new RegExp(`"${c1.tap}" \\. ${c1.ip.replace(/\./g, '\\.')}`));
+      // a ruleset that is not what was applied (elements flushed behind our back): a change that
+      // nft refuses as elements goes as the whole ruleset
+      sh('nft', 'flush', 'set', 'bridge', 'unihost', 'tap_ip');
+      await net.removeTap(c1.tap);
+      assert.deepEqual(outTaps(alice), [`"${a1.tap}"`]);
+      assert.match(br(), new RegExp(`"${a1.tap}" \\. ${a1.ip.replace(/\./g, '\\.')}`), 'rebuilt whole');
+      assert.doesNotMatch(br(), new RegExp(c1.tap));
+      await net.removeTap(a1.tap);
+      await net.removeTap(b1.tap);
       // one table per family only, however often the rules are rebuilt
       await net.sync([a1, b1]);
       const tables = sh('nft', 'list', 'tables').trim().split('\n').sort();
       assert.deepEqual(tables, ['table bridge unihost', 'table inet unihost']);
-      assert.doesNotMatch(
-        sh('nft', 'list', 'table', 'bridge', 'unihost'),
-        new RegExp(a2.tap),
-        'a2 gone from the rules',
-      );
+      assert.deepEqual(outTaps(chainOf(a1.tap)), [`"${a1.tap}"`]);
     });
 
     test("a VM's uid opens no IP connection, not even to loopback; other processes are not affected", async () => {
