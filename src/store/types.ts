@@ -696,8 +696,8 @@ export interface TxOptions {
   instance?: string;
   /**
    * What a VM of this host did (its boot, its marks), or what traffic did
-   * (a scale-to-zero wake): runtime state, not a user's request. SQLite commits it without waiting for the disk
-   * (`synchronous = NORMAL` for this commit): a `kill -9` of the daemon
+   * (a scale-to-zero wake): runtime state, not a user's request. SQLite answers it without waiting for
+   * the WAL's fsync (store/sqlite/wal-sync.ts): a `kill -9` of the daemon
    * loses nothing, an OS crash or power loss, which ends the VMs too, may
    * lose it; the next commit of a request writes it out with its own.
    * PostgreSQL ignores it.

@@ -6,6 +6,7 @@ import { Feed, type FeedRow } from '../feed.js';
 import type { FeedEvent, InstanceRec, Store, Tx, TxOptions } from '../types.js';
 import { MIGRATIONS } from './migrations.js';
 import { makeTx, RowCache, type Pending } from './tx.js';
+import { WalSync } from './wal-sync.js';
 
 /** How often the feed looks for commits of other processes (the admin commands, a second daemon). */
 const POLL_MS = 100;
@@ -26,8 +27,8 @@ export class SqliteStore implements Store {
   /** write transactions run one at a time */
   private readonly serial = pLimit(1);
   private readonly dataVersion: Database.Statement;
-  private readonly syncNormal: Database.Statement;
-  private readonly syncFull: Database.Statement;
+  /** the WAL's fsync for commits that must survive a power loss (none for an in-memory database) */
+  private readonly walSync: WalSync | null;
   /** a transaction's events and changes (flush), prepared once */
   private readonly insertEvent: Database.Statement;
   private readonly insertChange: Database.Statement;
@@ -40,7 +41,8 @@ export class SqliteStore implements Store {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
     this.w = new Database(path);
     this.w.pragma('journal_mode = WAL');
-    this.w.pragma('synchronous = FULL');
+    // COMMIT does not fsync; a durable transaction waits for the WAL's fsync off the event loop (wal-sync.ts)
+    this.w.pragma('synchronous = NORMAL');
     this.w.pragma('foreign_keys = ON');
     this.w.pragma('busy_timeout = 5000');
     this.migrate();
@@ -50,8 +52,7 @@ export class SqliteStore implements Store {
     this.wtx = makeTx(this.w, this.pending, null);
     this.rtx = this.r === this.w ? this.wtx : makeTx(this.r, { cur: null }, this.cache);
     this.dataVersion = this.w.prepare('PRAGMA data_version').pluck();
-    this.syncNormal = this.w.prepare('PRAGMA synchronous = NORMAL');
-    this.syncFull = this.w.prepare('PRAGMA synchronous = FULL');
+    this.walSync = path === ':memory:' ? null : new WalSync(`${path}-wal`);
     this.insertEvent = this.w.prepare(
       `INSERT INTO events (user_seq, at, user_id, instance_id, instance_name, group_id, type, from_state, to_state,
            stop_reason, exit_code, stop_code, message)
@@ -92,13 +93,11 @@ export class SqliteStore implements Store {
     }
   }
 
-  tx<T>(fn: (tx: Tx) => Promise<T>, o: TxOptions = {}): Promise<T> {
+  async tx<T>(fn: (tx: Tx) => Promise<T>, o: TxOptions = {}): Promise<T> {
     // (locks: one writer at a time already)
     const run = async (): Promise<T> => {
       const cur: Pending = { changes: new Map(), events: [] };
       this.pending.cur = cur;
-      // a VM's runtime state commits without an fsync of the WAL (TxOptions.runtime); the next FULL commit syncs it
-      if (o.runtime) this.syncNormal.run();
       this.w.exec('BEGIN IMMEDIATE');
       let result: T;
       try {
@@ -112,13 +111,17 @@ export class SqliteStore implements Store {
         throw e;
       } finally {
         this.pending.cur = null;
-        if (o.runtime) this.syncFull.run();
       }
+      // Watchers hear of the commit at once (a boot starts while the WAL is synced); the caller is
+      // answered once it is on disk, unless it is a VM's runtime state (TxOptions.runtime): the next
+      // durable commit's sync writes that out with its own.
       if (cur.changes.size > 0) this.feed.poke();
       if (++this.commits % 1000 === 0) this.prune();
       return result;
     };
-    return this.serial(run);
+    const result = await this.serial(run);
+    if (!o.runtime && this.walSync) await this.walSync.sync();
+    return result;
   }
 
   /** Appends the transaction's events and changes (their revisions follow commit order: writes are serial). */
@@ -169,6 +172,7 @@ export class SqliteStore implements Store {
   async close(): Promise<void> {
     clearInterval(this.poll);
     await this.serial(() => undefined); // after the transactions under way
+    await this.walSync?.close();
     if (this.r !== this.w) this.r.close();
     this.w.close();
   }
