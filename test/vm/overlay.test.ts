@@ -108,7 +108,17 @@ describe(
       }
       await nets.h1.setOverlay(overlayFor('h1'));
       await nets.h2.setOverlay(overlayFor('h2'));
-      await new Promise((r) => setTimeout(r, 500)); // the guests' servers listen
+      // the guests' servers listen (a node process starting in each: slow on a loaded machine)
+      for (const g of guests) {
+        const listening = (): boolean =>
+          spawnSync('ip', ['netns', 'exec', g.ns, 'ss', '-ltnH', 'sport = :8080'], {
+            encoding: 'utf8',
+          }).stdout.trim() !== '';
+        for (const end = Date.now() + 30_000; !listening();) {
+          if (Date.now() > end) throw new Error(`the server in ${g.ns} never listened`);
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      }
     });
 
     after(() => {
