@@ -69,6 +69,8 @@ interface Vm {
   spawnedAt: number;
   qmp: QmpClient | null;
   watcher: FSWatcher | null;
+  /** a pump is due at the end of this turn of the event loop (watcher events coalesce into it) */
+  pumpDue: boolean;
   poll: NodeJS.Timeout | null;
   powerdown: NodeJS.Timeout | null;
   panicked: boolean;
@@ -332,6 +334,7 @@ export class QemuDriver implements MachineDriver {
       spawnedAt,
       qmp: null,
       watcher: null,
+      pumpDue: false,
       poll: null,
       powerdown: null,
       panicked: false,
@@ -373,8 +376,15 @@ export class QemuDriver implements MachineDriver {
     // only the files the pump reads: not serial.pos, which it writes itself, nor QMP's socket or stderr
     const pumped = new Set([basename(files.serial), basename(files.control)]);
     try {
+      // A guest's console comes a few bytes at a time (a Unikraft banner: ~35 writes, a dozen of them
+      // in one turn of the event loop): one pump after the turn's events reads them all.
       vm.watcher = watch(spec.dir, (_type, name) => {
-        if (name === null || pumped.has(String(name))) this.pump(vm);
+        if (vm.pumpDue || (name !== null && !pumped.has(String(name)))) return;
+        vm.pumpDue = true;
+        setImmediate(() => {
+          vm.pumpDue = false;
+          if (!vm.exited) this.pump(vm);
+        });
       });
     } catch {
       vm.watcher = null;
