@@ -169,6 +169,10 @@ if (!insideTestNetns()) {
         (await h.call('GET', '/v1/volumes', alice, { uuid: vol.uuid })).body.data.volumes[0].state,
         'mounted',
       );
+      // `running` is the app's start: the echo app appends and syncs the file after printing its
+      // environment (slow under TCG), then says "echo: running"; a stop before that would cut the write
+      await poll('the writer synced the file', async () => /echo: running/.test(await log(alice, 'writer')), 60_000);
+      assert.match(await log(alice, 'writer'), /echo: wrote to \/data\/note.txt/);
       await h.call('PUT', '/v1/instances/stop', alice, { name: 'writer' });
       await h.call('GET', '/v1/instances/wait', alice, { name: 'writer', state: 'stopped', timeout_ms: 60_000 });
       assert.equal((await h.call('GET', '/v1/volumes', alice, { uuid: vol.uuid })).body.data.volumes[0].state, 'idle');
