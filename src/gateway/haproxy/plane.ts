@@ -3,7 +3,7 @@ import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { DEFAULT_LIMITS } from '../types.js';
 import { Departures } from '../departures.js';
-import type { Counters, DataPlane, GatewayOptions, KeyPair, ListenResult, Route } from '../types.js';
+import type { Backend, Counters, DataPlane, GatewayOptions, KeyPair, ListenResult, Route } from '../types.js';
 import { Activator } from './activator.js';
 import { AcmeTlsServer } from './acme-tls.js';
 import { PlaneCerts } from './certs.js';
@@ -252,11 +252,22 @@ export class HaproxyDataPlane implements DataPlane {
     const wantCerts = this.certs.want(this.routes, this.o.metroDomain);
     if (forceReload || !this.started || shape !== this.loadedShape) {
       await this.certs.write(this.f, wantCerts);
-      await this.load(renderConfig(state(true), this.f), wantMaps);
+      // Rendered once the reload's turn has come (it can wait a second): an instance that left meanwhile
+      // is not in it, so the new worker never routes to it, not even before the commands below.
+      const leftAtRender = new Set<string>();
+      const rendered = (g: string): Backend[] =>
+        this.o.backends(g).map((b) => {
+          if (!leftMeanwhile(b.instanceId)) return b;
+          leftAtRender.add(b.instanceId);
+          return { ...b, state: 'other' };
+        });
+      await this.load(() => renderConfig({ ...state(true), backends: rendered }, this.f), wantMaps);
       this.loadedShape = shape;
-      // the configuration has every server as ready; drains are runtime state
+      // the configuration has every server it names as ready; drains are runtime state
       this.servers = wantedServers(slots, (g) =>
-        this.o.backends(g).map((b) => ({ ...b, state: b.state === 'other' ? b.state : 'running' })),
+        this.o
+          .backends(g)
+          .map((b) => ({ ...b, state: b.state === 'other' || leftAtRender.has(b.instanceId) ? 'other' : 'running' })),
       );
     }
     const draining = new Set<string>();
@@ -328,24 +339,30 @@ export class HaproxyDataPlane implements DataPlane {
     return this.pool.slotOf(port, groupId);
   }
 
-  /** Writes the configuration and maps, checks them, and starts or reloads HAProxy. */
-  private async load(config: string, maps: MapTable): Promise<void> {
+  /**
+   * Writes the maps and the configuration, checks them, and starts or reloads HAProxy. The
+   * configuration is rendered (`config`) once a reload's turn has come, after the wait below.
+   */
+  private async load(config: () => string, maps: MapTable): Promise<void> {
     await mkdir(this.f.dir, { recursive: true, mode: 0o700 });
     // the workers' root: entered by them (x), listed by nobody
     await mkdir(this.f.jail, { recursive: true });
     await chmod(this.f.jail, 0o711);
     for (const [p, m] of maps) await writeFile(this.f.map(p), renderMap(m));
-    await writeFile(this.f.config, config);
-    await this.proc.check();
-    if (!this.started || !this.proc.running()) {
-      const how = await this.proc.start();
-      this.o.log.info({ pid: this.proc.pid, how }, 'gateway: haproxy running');
-      this.started = true;
-    } else {
+    const starting = !this.started || !this.proc.running();
+    if (!starting) {
       // Reloads are spaced: changes that arrive meanwhile queue behind this one and the
       // controller folds them into one more sync, so a burst of new ports is one or two reloads.
       const wait = this.lastReload + (this.o.minReloadGapMs ?? MIN_RELOAD_GAP_MS) - Date.now();
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    }
+    await writeFile(this.f.config, config());
+    await this.proc.check();
+    if (starting) {
+      const how = await this.proc.start();
+      this.o.log.info({ pid: this.proc.pid, how }, 'gateway: haproxy running');
+      this.started = true;
+    } else {
       await this.proc.reload();
       this.lastReload = Date.now();
       this.reloads++;
