@@ -87,10 +87,12 @@ export class HostNetwork implements NetworkDriver {
   private overlay: Overlay | null = null;
   /** the VXLAN forwarding entries as last written (`"<mac> <dst>"`); null: read them from the kernel first */
   private fdb: Set<string> | null = null;
-  /** the ruleset as last applied: an unchanged one is not applied again, except to repair ('' = unknown) */
-  private lastRules = '';
-  /** the taps and the options (the ruleset without taps) of `lastRules`: what a change of taps starts from */
-  private lastApplied: { taps: TapSpec[]; base: string } | null = null;
+  /**
+   * What the rules last applied say (null: unknown): their taps, their options (the ruleset without
+   * taps), and the whole ruleset when it went whole. An unchanged ruleset is not applied again, except
+   * to repair; a change of taps alone starts from `taps`.
+   */
+  private lastApplied: { taps: TapSpec[]; base: string; script: string | null } | null = null;
   private readonly run: Runner;
   private readonly guestToHost: { udp: number[]; tcp: number[] };
   private readonly taps = new Map<string, TapSpec>();
@@ -463,7 +465,6 @@ export class HostNetwork implements NetworkDriver {
       this.taps.clear();
       this.overlay = null;
       this.fdb = null;
-      this.lastRules = '';
       this.lastApplied = null;
       if (await this.linkExists(this.vxlan)) await this.ip('link', 'del', 'dev', this.vxlan);
       if (await this.linkExists(this.bridge)) await this.ip('link', 'del', 'dev', this.bridge);
@@ -641,23 +642,26 @@ export class HostNetwork implements NetworkDriver {
         }),
       };
       const taps = [...this.taps.values()];
-      const script = renderRules(o, taps);
-      if (!force && script === this.lastRules) return;
       const base = renderRules(o, []);
-      const last = this.lastApplied;
-      const changes = !force && last?.base === base ? renderTapChanges(o, last.taps, taps) : null;
-      this.lastRules = '';
+      const last = force ? null : this.lastApplied;
+      // '' when nothing changed; null when only the whole ruleset says what did
+      const changes = last?.base === base ? renderTapChanges(o, last.taps, taps) : null;
+      if (changes === '') return;
+      const whole = (): string => renderRules(o, taps);
+      const script = changes === null ? whole() : null;
+      if (script !== null && script === last?.script) return;
       this.lastApplied = null;
       const apply = (s: string): Promise<unknown> =>
         this.batch && NftBatch.fits(s) ? this.batch.nft.run(s) : this.run(['nft', '-f', '-'], s);
+      let applied = script;
       try {
-        await apply(changes ?? script);
+        await apply(changes ?? script!);
       } catch (e) {
         if (changes === null) throw e;
-        await apply(script);
+        applied = whole();
+        await apply(applied);
       }
-      this.lastRules = script;
-      this.lastApplied = { taps, base };
+      this.lastApplied = { taps, base, script: applied };
     });
   }
 }

@@ -531,11 +531,7 @@ export class QemuDriver implements MachineDriver {
     if (vm.exited) return;
     vm.exited = true;
     this.pump(vm);
-    closeFiles(vm);
-    vm.watcher?.close();
-    if (vm.poll) clearInterval(vm.poll);
-    if (vm.powerdown) clearInterval(vm.powerdown);
-    vm.qmp?.close();
+    letGo(vm);
     removeCgroups(vm.id);
     let stderr = '';
     try {
@@ -606,13 +602,7 @@ export class QemuDriver implements MachineDriver {
   async close(): Promise<void> {
     await this.pool?.close();
     this.spawner?.close();
-    for (const vm of this.vms.values()) {
-      closeFiles(vm);
-      vm.watcher?.close();
-      if (vm.poll) clearInterval(vm.poll);
-      if (vm.powerdown) clearInterval(vm.powerdown);
-      vm.qmp?.close();
-    }
+    for (const vm of this.vms.values()) letGo(vm);
     this.vms.clear();
   }
 }
@@ -620,8 +610,12 @@ export class QemuDriver implements MachineDriver {
 /** Width of serial.pos: a decimal position padded with spaces (older daemons wrote it unpadded; both read). */
 const POS_WIDTH = 20;
 
-/** Closes what the pump holds open for a VM that ended (or is let go). */
-function closeFiles(vm: Vm): void {
+/** Stops watching a VM that ended (or that the daemon lets go as it stops): its watch, timers, QMP and open files. */
+function letGo(vm: Vm): void {
+  vm.watcher?.close();
+  if (vm.poll) clearInterval(vm.poll);
+  if (vm.powerdown) clearInterval(vm.powerdown);
+  vm.qmp?.close();
   if (vm.posFd !== null && vm.posFd >= 0) closeSync(vm.posFd);
   vm.posFd = -1;
   vm.serial.close();
