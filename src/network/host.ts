@@ -11,6 +11,7 @@ import {
   renderDelete,
   renderRules,
   renderTapChanges,
+  type OverlayRules,
   type RulesOptions,
   type TapSpec,
   checkTapSpec,
@@ -88,11 +89,17 @@ export class HostNetwork implements NetworkDriver {
   /** the VXLAN forwarding entries as last written (`"<mac> <dst>"`); null: read them from the kernel first */
   private fdb: Set<string> | null = null;
   /**
-   * What the rules last applied say (null: unknown): their taps, their options (the ruleset without
-   * taps), and the whole ruleset when it went whole. An unchanged ruleset is not applied again, except
-   * to repair; a change of taps alone starts from `taps`.
+   * What the rules last applied say (null: unknown): their taps, the other hosts' instances (with the
+   * overlay), their options (the ruleset without taps: the other hosts' gateways included), and the
+   * whole ruleset when it went whole. An unchanged ruleset is not applied again, except to repair; a
+   * change of taps or of instances elsewhere alone starts from `taps` and `remote`.
    */
-  private lastApplied: { taps: TapSpec[]; base: string; script: string | null } | null = null;
+  private lastApplied: {
+    taps: TapSpec[];
+    remote: OverlayRules['remote'];
+    base: string;
+    script: string | null;
+  } | null = null;
   private readonly run: Runner;
   private readonly guestToHost: { udp: number[]; tcp: number[] };
   private readonly taps = new Map<string, TapSpec>();
@@ -645,7 +652,7 @@ export class HostNetwork implements NetworkDriver {
       const base = renderRules(o, []);
       const last = force ? null : this.lastApplied;
       // '' when nothing changed; null when only the whole ruleset says what did
-      const changes = last?.base === base ? renderTapChanges(o, last.taps, taps) : null;
+      const changes = last?.base === base ? renderTapChanges(o, last.taps, taps, last.remote) : null;
       if (changes === '') return;
       const whole = (): string => renderRules(o, taps);
       const script = changes === null ? whole() : null;
@@ -661,7 +668,8 @@ export class HostNetwork implements NetworkDriver {
         applied = whole();
         await apply(applied);
       }
-      this.lastApplied = { taps, base, script: applied };
+      const remote = (o.overlay?.remote ?? []).map(({ ip, userId }) => ({ ip, userId }));
+      this.lastApplied = { taps, remote, base, script: applied };
     });
   }
 }

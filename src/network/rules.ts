@@ -146,6 +146,32 @@ function byUser(taps: TapSpec[]): TapSpec[][] {
   return [...m.keys()].sort().map((k) => m.get(k)!);
 }
 
+/**
+ * The rules of a user's chains: `u<key>`, where its taps may send (its own
+ * taps; with the overlay, its addresses on other hosts and their gateways),
+ * and with the overlay `in<key>` (null without), what may reach its taps
+ * from other hosts.
+ */
+function userRules(o: RulesOptions, k: string): { out: string[]; in: string[] | null } {
+  const ov = o.overlay;
+  // Flooded frames (ARP) pass once per output port, the VXLAN port included: an ARP
+  // request leaves the host only for an address of the sender's user there.
+  const from = (dir: 'saddr' | 'daddr', setName: string): string[] => [
+    `ether type arp arp ${dir} ip @${setName} accept`,
+    `ether type ip ip ${dir} @${setName} accept`,
+  ];
+  const out = [`oifname @o${k} accept`];
+  if (ov)
+    for (const r of [...from('daddr', `r${k}`), ...from('daddr', 'peer_gw')]) out.push(`oifname ${q(ov.port)} ${r}`);
+  out.push('drop');
+  return { out, in: ov ? [...from('saddr', `r${k}`), ...from('saddr', 'peer_gw'), 'drop'] : null };
+}
+
+/** A user's addresses on other hosts (`r<key>`'s elements): sorted, each once. */
+function remoteOf(remote: OverlayRules['remote'], userId: string): string[] {
+  return [...new Set(remote.filter((r) => r.userId === userId).map((r) => r.ip))].sort();
+}
+
 function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
   const users = byUser(taps);
   const pfx = q(`${o.tapPrefix}*`);
@@ -177,26 +203,11 @@ function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
   if (ov) L.push(`    iifname ${q(ov.port)} oifname vmap @tap_in`, `    iifname ${q(ov.port)} drop`);
   L.push(`    iifname vmap @tap_user`);
   L.push(`    iifname ${pfx} drop`, `    oifname ${pfx} drop`, `  }`);
-  // Flooded frames (ARP) pass once per output port, the VXLAN port included: an ARP
-  // request leaves the host only for an address of the sender's user there.
-  const from = (dir: 'saddr' | 'daddr', setName: string): string[] => [
-    `ether type arp arp ${dir} ip @${setName} accept`,
-    `ether type ip ip ${dir} @${setName} accept`,
-  ];
   for (const u of users) {
     const k = userKey(u[0]!.userId);
-    L.push(`  chain u${k} {`, `    oifname @o${k} accept`);
-    if (ov)
-      for (const r of [...from('daddr', `r${k}`), ...from('daddr', 'peer_gw')])
-        L.push(`    oifname ${q(ov.port)} ${r}`);
-    L.push(`    drop`, `  }`);
-    if (ov)
-      L.push(
-        `  chain in${k} {`,
-        ...[...from('saddr', `r${k}`), ...from('saddr', 'peer_gw')].map((r) => `    ${r}`),
-        `    drop`,
-        `  }`,
-      );
+    const r = userRules(o, k);
+    L.push(`  chain u${k} {`, ...r.out.map((l) => `    ${l}`), `  }`);
+    if (r.in) L.push(`  chain in${k} {`, ...r.in.map((l) => `    ${l}`), `  }`);
   }
   L.push(...translation(taps));
   L.push(`}`);
@@ -212,9 +223,8 @@ function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
       const inn = taps.map((t) => `${q(t.tap)} : jump in${userKey(t.userId)}`);
       L.push(`add element bridge ${o.table} tap_in ${set(inn)}`);
       for (const u of users) {
-        const ips = ov.remote.filter((r) => r.userId === u[0]!.userId).map((r) => r.ip);
-        if (ips.length)
-          L.push(`add element bridge ${o.table} r${userKey(u[0]!.userId)} ${set([...new Set(ips)].sort())}`);
+        const ips = remoteOf(ov.remote, u[0]!.userId);
+        if (ips.length) L.push(`add element bridge ${o.table} r${userKey(u[0]!.userId)} ${set(ips)}`);
       }
     }
   }
@@ -286,13 +296,23 @@ export function renderRules(o: RulesOptions, taps: TapSpec[]): string {
  * 1.2 ms for a ruleset of three taps, and the whole grows with the taps).
  * A user's first tap adds its set and chain (`add` leaves existing ones, and
  * the chain is flushed before its rules go in); a user's last tap leaves
- * them, empty, until the next whole ruleset. Null when only a whole ruleset
- * says it: with the overlay (its per-user rules and sets follow other hosts)
- * or a tap with address translation (its rules name it) among the changes.
+ * them, empty, until the next whole ruleset. With the overlay, `remoteBefore`
+ * is the other hosts' instances as the ruleset of `before` has them (`o`'s
+ * are the new ones): a local user's addresses there (`r<key>`) change by
+ * elements too; a user's first tap finds its set flushed, as one left by an
+ * earlier tap may hold addresses since gone. Null when only a whole ruleset
+ * says it: a tap with address translation (its rules name it) among the
+ * changes.
  */
-export function renderTapChanges(o: RulesOptions, before: TapSpec[], after: TapSpec[]): string | null {
-  if (o.overlay) return null;
+export function renderTapChanges(
+  o: RulesOptions,
+  before: TapSpec[],
+  after: TapSpec[],
+  remoteBefore: OverlayRules['remote'] = [],
+): string | null {
   after.forEach(checkTapSpec);
+  const ov = o.overlay;
+  if (ov) for (const r of ov.remote) checkIpv4(r.ip);
   const key = (t: TapSpec): string => JSON.stringify([t.userId, t.ip, t.mac, t.guest?.ip, t.guest?.mac]);
   const was = new Map(before.map((t) => [t.tap, t]));
   const now = new Map(after.map((t) => [t.tap, t]));
@@ -305,21 +325,43 @@ export function renderTapChanges(o: RulesOptions, before: TapSpec[], after: TapS
     L.push(`delete element ${T} tap_mac { ${q(t.tap)} . ${t.mac} }`);
     L.push(`delete element ${T} tap_ip { ${q(t.tap)} . ${t.ip} }`);
     L.push(`delete element ${T} tap_user { ${q(t.tap)} }`);
+    if (ov) L.push(`delete element ${T} tap_in { ${q(t.tap)} }`);
     L.push(`delete element ${T} o${userKey(t.userId)} { ${q(t.tap)} }`);
   }
-  const users = new Set(before.filter((t) => !gone.includes(t)).map((t) => t.userId));
+  // users whose chains and sets the ruleset has as `before` left them, and those that get them now
+  const kept = new Set(before.filter((t) => !gone.includes(t)).map((t) => t.userId));
+  const fresh = new Set<string>();
   for (const t of added) {
     const k = userKey(t.userId);
-    if (!users.has(t.userId)) {
-      users.add(t.userId);
-      L.push(`add set ${T} o${k} { type ifname; }`, `add chain ${T} u${k}`, `flush chain ${T} u${k}`);
-      L.push(`add rule ${T} u${k} oifname @o${k} accept`, `add rule ${T} u${k} drop`);
+    if (!kept.has(t.userId) && !fresh.has(t.userId)) {
+      fresh.add(t.userId);
+      L.push(`add set ${T} o${k} { type ifname; }`);
+      if (ov) L.push(`add set ${T} r${k} { type ipv4_addr; }`, `flush set ${T} r${k}`);
+      const r = userRules(o, k);
+      for (const [chain, rules] of [[`u${k}`, r.out], ...(r.in ? [[`in${k}`, r.in]] : [])] as [string, string[]][])
+        L.push(
+          `add chain ${T} ${chain}`,
+          `flush chain ${T} ${chain}`,
+          ...rules.map((l) => `add rule ${T} ${chain} ${l}`),
+        );
     }
     L.push(`add element ${T} tap_mac { ${q(t.tap)} . ${t.mac} }`);
     L.push(`add element ${T} tap_ip { ${q(t.tap)} . ${t.ip} }`);
     L.push(`add element ${T} o${k} { ${q(t.tap)} }`);
     L.push(`add element ${T} tap_user { ${q(t.tap)} : jump u${k} }`);
+    if (ov) L.push(`add element ${T} tap_in { ${q(t.tap)} : jump in${k} }`);
   }
+  // the addresses on other hosts of each user with taps here: from what `before` had (none for a fresh set)
+  if (ov)
+    for (const userId of new Set(after.map((t) => t.userId))) {
+      const k = userKey(userId);
+      const want = remoteOf(ov.remote, userId);
+      const had = fresh.has(userId) ? [] : remoteOf(remoteBefore, userId);
+      const del = had.filter((ip) => !want.includes(ip));
+      const add = want.filter((ip) => !had.includes(ip));
+      if (del.length) L.push(`delete element ${T} r${k} ${set(del)}`);
+      if (add.length) L.push(`add element ${T} r${k} ${set(add)}`);
+    }
   return L.length ? `${L.join('\n')}\n` : '';
 }
 

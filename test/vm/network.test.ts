@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { HostNetwork, tapName, type TapSpec } from '../../src/network/host.js';
+import { renderDelete, renderRules, renderTapChanges, userKey, type RulesOptions } from '../../src/network/rules.js';
 import { macFor } from '../../src/network/address.js';
 import { VM_UID_BASE } from '../../src/machines/qemu/jail.js';
 import { hasCommand, requirePart } from '../helpers/require.js';
@@ -253,6 +254,90 @@ describe(
         sh('nft', 'list', 'table', 'inet', 'unihost'),
         /meta skuid 1073741824-1090519039 reject with icmpx admin-prohibited/,
       );
+    });
+
+    test('elements added and deleted leave the kernel with the ruleset the whole script gives, with and without the overlay', () => {
+      // 60 random changes of taps (and of instances on other hosts), each applied as elements to one table
+      // and as the whole ruleset to another; the two tables must hold the same sets, maps and chains
+      // (the elements' way also keeps the empty chains and sets of users who had taps: nothing jumps there)
+      let seed = 13; // mulberry32: the same changes in every run
+      const rnd = (n: number): number => {
+        seed = (seed + 0x6d2b79f5) | 0;
+        let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+        t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+        return ((t ^ (t >>> 14)) >>> 0) % n;
+      };
+      const users = ['alice', 'bob', 'carol'];
+      const nft = (script: string): void => {
+        execFileSync('ip', ['netns', 'exec', ns, 'nft', '-f', '-'], { input: script });
+      };
+      /** a table's sets and maps (elements sorted) and chains (rules in order), by name */
+      const content = (table: string): Map<string, string> => {
+        const out = JSON.parse(sh('nft', '-j', 'list', 'table', 'bridge', table)) as {
+          nftables: Record<string, Record<string, unknown>>[];
+        };
+        const m = new Map<string, string>();
+        const bare = (x: Record<string, unknown>): Record<string, unknown> => {
+          const { handle: _h, table: _t, ...rest } = x;
+          return rest;
+        };
+        for (const e of out.nftables) {
+          const [kind, body] = Object.entries(e)[0]!;
+          if (kind === 'set' || kind === 'map') {
+            const { elem, ...rest } = bare(body);
+            const els = ((elem as unknown[] | undefined) ?? []).map((x) => JSON.stringify(x)).sort();
+            m.set(`${kind} ${body.name as string}`, JSON.stringify([rest, els]));
+          } else if (kind === 'chain') m.set(`chain ${body.name as string}`, JSON.stringify(bare(body)));
+          else if (kind === 'rule') {
+            const k = `chain ${body.chain as string}`;
+            m.set(k, `${m.get(k) ?? ''}\n${JSON.stringify(body.expr)}`);
+          }
+        }
+        return m;
+      };
+      for (const overlay of [false, true]) {
+        const opts = (table: string, remote: { ip: string; userId: string }[]): RulesOptions => ({
+          bridge: 'uhbr0',
+          bridgeMac: '02:00:00:00:00:01',
+          tapPrefix: 'uh',
+          table,
+          hostTcpPorts: [53],
+          hostUdpPorts: [53],
+          ...(overlay && { overlay: { port: 'vxuhbr0', gateways: ['10.77.255.1'], remote } }),
+        });
+        let taps: TapSpec[] = [spec('alice', '10.77.1.1')];
+        let remote: { ip: string; userId: string }[] = [];
+        nft(renderRules(opts('uhinc', remote), taps));
+        for (let step = 0; step < 60; step++) {
+          const [beforeTaps, beforeRemote] = [taps, remote];
+          // first a user whose set of addresses elsewhere outlives its taps and changes meanwhile, then at random
+          const op = (overlay ? ['dave', 'dave-far', 'dave-gone', 'dave-far-gone', 'dave'][step] : undefined) ?? rnd(4);
+          const far = (userId: string) => ({ ip: `10.77.3.${step}`, userId });
+          if (op === 'dave') taps = [...taps, spec('dave', `10.77.4.${step}`)];
+          else if (op === 'dave-far') remote = [...remote, far('dave')];
+          else if (op === 'dave-gone') taps = taps.filter((t) => t.userId !== 'dave');
+          else if (op === 'dave-far-gone') remote = remote.filter((r) => r.userId !== 'dave');
+          else if (op === 0 || taps.length === 0) taps = [...taps, spec(users[rnd(3)]!, `10.77.1.${10 + step}`)];
+          else if (op === 1) taps = taps.filter((_, i) => i !== rnd(taps.length));
+          else if (op === 2) taps = taps.map((t, i) => (i === 0 ? { ...t, ip: `10.77.2.${step}` } : t));
+          else if (overlay && rnd(2) === 0) remote = [...remote, far(users[rnd(3)]!)];
+          else remote = remote.filter((_, i) => i !== rnd(remote.length + 1));
+          const changes = renderTapChanges(opts('uhinc', remote), beforeTaps, taps, beforeRemote);
+          assert.notEqual(changes, null);
+          nft(changes!);
+          nft(renderRules(opts('uhwhole', remote), taps));
+          const [inc, whole] = [content('uhinc'), content('uhwhole')];
+          const keys = new Set(taps.map((t) => userKey(t.userId)));
+          for (const [name, body] of whole)
+            assert.equal(inc.get(name), body, `step ${step} (overlay ${overlay}): ${name}`);
+          for (const name of inc.keys())
+            if (!whole.has(name)) {
+              const m = /^(?:chain (?:u|in)|set [or])([0-9a-f]{16})$/.exec(name);
+              assert.ok(m && !keys.has(m[1]!), `step ${step}: ${name} only where elements went`);
+            }
+        }
+        for (const t of ['uhinc', 'uhwhole']) nft(renderDelete(t));
+      }
     });
 
     test('bad input is rejected before anything runs', async () => {
