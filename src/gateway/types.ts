@@ -15,6 +15,7 @@ export interface Backend {
 /** One published service of one group (api-v1.md, Service entry), with the group's FQDNs. */
 export interface Route {
   groupId: string;
+  /** the group's owner; '' for the platform's own routes (the registry and the console: docs/registry.md) */
   userId: string;
   /** public port */
   port: number;

@@ -674,4 +674,44 @@ describe('gateway on HAProxy: the first request of a wake, sent on by the activa
       await rm(dir, { recursive: true, force: true });
     }
   });
+
+  test("the stats are polled at full rate only while a user's group is routed; the platform's own routes alone, rarely", async () => {
+    const pdir = await mkdtemp(path.join(tmpdir(), 'uh-hp-poll-'));
+    const table = new BackendTable();
+    const pair = await backendPair('http', 'P');
+    const b = pair[0];
+    await table.set('platform-registry', [b]);
+    await table.set('gU', [b]);
+    const plane = await testPlane(pdir, table, { statsIntervalMs: 20 });
+    const admin = (plane as unknown as { proc: { admin: RuntimeApi } }).proc.admin;
+    let reads = 0;
+    const send = admin.send.bind(admin);
+    admin.send = (c: string, payload?: string) => {
+      if (c === 'show stat') reads++;
+      return send(c, payload);
+    };
+    const readsOver = async (ms: number): Promise<number> => {
+      const r0 = reads;
+      await new Promise((r) => setTimeout(r, ms));
+      return reads - r0;
+    };
+    try {
+      const own = route('platform-registry', 443, b.port, ['http', 'tls'], [`registry.${METRO}`], '');
+      for (const r of await plane.setRoutes([own])) assert.equal(r.error, undefined);
+      await readsOver(100); // the first poll after the change may read
+      const alone = await readsOver(1000);
+      assert.ok(alone <= 3, `the platform's routes alone: ${alone} reads in 1 s (a read every 20th tick of 20 ms)`);
+      const r0 = reads;
+      await plane.refresh();
+      assert.equal(reads, r0 + 1, 'an asked-for read happens at once whatever the rate');
+      for (const r of await plane.setRoutes([own, route('gU', 80, b.port, ['http'], [A])]))
+        assert.equal(r.error, undefined);
+      const routed = await readsOver(1000);
+      assert.ok(routed >= 15, `a user's group routed: ${routed} reads in 1 s (every tick of 20 ms)`);
+    } finally {
+      await plane.close();
+      for (const x of pair) await x.close();
+      await rm(pdir, { recursive: true, force: true });
+    }
+  });
 });

@@ -55,6 +55,8 @@ export function workerIdentity(user = 'haproxy'): { uid: number; gid: number } |
 const BIND_FAILED = /for frontend p(\d+)(?:_tls)?: cannot bind socket \(([^)]+)\) for \[([^\]]+)\]/;
 /** Least time between two reloads (each leaves an old worker behind while its connections end). */
 const MIN_RELOAD_GAP_MS = 250;
+/** With no group routed, the stats poll reads every this many ticks (readStats) */
+const UNROUTED_POLL_EVERY = 20;
 /** A port that could not be bound is tried again after this long (each try costs a failed reload). */
 const BLOCK_RETRY_MS = 60_000;
 
@@ -102,6 +104,8 @@ export class HaproxyDataPlane implements DataPlane {
   private readonly certs: PlaneCerts;
   private poll: NodeJS.Timeout | null = null;
   private polling = false;
+  /** polls since the last one read with no group routed (see readStats) */
+  private unroutedPolls = 0;
   private readonly drainPending = new Set<string>();
   /** public ports HAProxy could not bind, left out until `until` */
   private readonly blocked = new Map<number, { error: string; until: number }>();
@@ -301,7 +305,7 @@ export class HaproxyDataPlane implements DataPlane {
     for (const id of ids) this.drainPending.add(id);
     void (async () => {
       while (this.polling) await new Promise((r) => setTimeout(r, 5));
-      await this.readStats();
+      await this.readStats(true);
       for (const id of ids) {
         this.drainPending.delete(id);
         if (this.stats.connections(id) === 0) this.o.onIdle?.(id);
@@ -388,8 +392,26 @@ export class HaproxyDataPlane implements DataPlane {
     this.poll.unref();
   }
 
-  private async readStats(): Promise<void> {
-    if (this.polling || !this.started || this.closed) return;
+  /**
+   * Whether the timer's poll reads the stats: always while a user's group
+   * is routed; with none, only every UNROUTED_POLL_EVERY-th (the first after
+   * the last route went folds the ends in). The platform's own routes (the
+   * registry and the console, `userId` '') have no instance whose idleness
+   * or activity anything waits for: their counters (metrics) may lag. So a
+   * platform without service groups does not read and parse the stats 4
+   * times a second.
+   */
+  private pollDue(): boolean {
+    if ([...this.slots.values()].some((ss) => ss.some((s) => s.route && s.route.userId !== ''))) {
+      this.unroutedPolls = 0;
+      return true;
+    }
+    return this.unroutedPolls++ % UNROUTED_POLL_EVERY === 0;
+  }
+
+  /** Reads the stats into the counters: the timer's poll when due (`pollDue`), or now (`force`). */
+  private async readStats(force = false): Promise<void> {
+    if (this.polling || !this.started || this.closed || !(force || this.pollDue())) return;
     this.polling = true;
     try {
       const csv = await this.proc.admin.send('show stat').catch(() => undefined);
@@ -422,7 +444,7 @@ export class HaproxyDataPlane implements DataPlane {
 
   /** Reads the stats now (tests, and before deciding on a drain). */
   refresh(): Promise<void> {
-    return this.readStats();
+    return this.readStats(true);
   }
 
   /**
@@ -442,7 +464,7 @@ export class HaproxyDataPlane implements DataPlane {
   private async waitIdle(instanceId: string, timeoutMs: number): Promise<'idle' | 'timeout'> {
     const end = timeoutMs >= 0 ? Date.now() + timeoutMs : Infinity;
     for (;;) {
-      await this.readStats();
+      await this.readStats(true);
       if (this.stats.connections(instanceId) === 0) return 'idle';
       if (Date.now() >= end) break;
       await new Promise((r) => setTimeout(r, Math.min(50, Math.max(1, end - Date.now()))));
@@ -451,7 +473,7 @@ export class HaproxyDataPlane implements DataPlane {
     await this.serial(() => shutdownInstance(this.proc.admin, this.servers, instanceId)).catch(() => {});
     for (let i = 0; i < 20 && this.stats.connections(instanceId) > 0; i++) {
       await new Promise((r) => setTimeout(r, 50));
-      await this.readStats();
+      await this.readStats(true);
     }
     return 'timeout';
   }
