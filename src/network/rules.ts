@@ -167,9 +167,11 @@ function userRules(o: RulesOptions, k: string): { out: string[]; in: string[] | 
   return { out, in: ov ? [...from('saddr', `r${k}`), ...from('saddr', 'peer_gw'), 'drop'] : null };
 }
 
-/** A user's addresses on other hosts (`r<key>`'s elements): sorted, each once. */
-function remoteOf(remote: OverlayRules['remote'], userId: string): string[] {
-  return [...new Set(remote.filter((r) => r.userId === userId).map((r) => r.ip))].sort();
+/** Each user's addresses on other hosts (`r<key>`'s elements): sorted, each once. */
+function remoteByUser(remote: OverlayRules['remote']): Map<string, string[]> {
+  const m = new Map<string, Set<string>>();
+  for (const r of remote) m.set(r.userId, (m.get(r.userId) ?? new Set()).add(r.ip));
+  return new Map([...m].map(([u, ips]) => [u, [...ips].sort()]));
 }
 
 function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
@@ -222,8 +224,9 @@ function bridgeTable(o: RulesOptions, taps: TapSpec[]): string[] {
     if (ov) {
       const inn = taps.map((t) => `${q(t.tap)} : jump in${userKey(t.userId)}`);
       L.push(`add element bridge ${o.table} tap_in ${set(inn)}`);
+      const remote = remoteByUser(ov.remote);
       for (const u of users) {
-        const ips = remoteOf(ov.remote, u[0]!.userId);
+        const ips = remote.get(u[0]!.userId) ?? [];
         if (ips.length) L.push(`add element bridge ${o.table} r${userKey(u[0]!.userId)} ${set(ips)}`);
       }
     }
@@ -352,16 +355,19 @@ export function renderTapChanges(
     if (ov) L.push(`add element ${T} tap_in { ${q(t.tap)} : jump in${k} }`);
   }
   // the addresses on other hosts of each user with taps here: from what `before` had (none for a fresh set)
-  if (ov)
+  if (ov) {
+    const [now, then] = [remoteByUser(ov.remote), remoteByUser(remoteBefore)];
     for (const userId of new Set(after.map((t) => t.userId))) {
       const k = userKey(userId);
-      const want = remoteOf(ov.remote, userId);
-      const had = fresh.has(userId) ? [] : remoteOf(remoteBefore, userId);
-      const del = had.filter((ip) => !want.includes(ip));
-      const add = want.filter((ip) => !had.includes(ip));
+      const want = now.get(userId) ?? [];
+      const had = fresh.has(userId) ? [] : (then.get(userId) ?? []);
+      const [wantSet, hadSet] = [new Set(want), new Set(had)];
+      const del = had.filter((ip) => !wantSet.has(ip));
+      const add = want.filter((ip) => !hadSet.has(ip));
       if (del.length) L.push(`delete element ${T} r${k} ${set(del)}`);
       if (add.length) L.push(`add element ${T} r${k} ${set(add)}`);
     }
+  }
   return L.length ? `${L.join('\n')}\n` : '';
 }
 
