@@ -33,8 +33,9 @@ export class DaemonMetrics {
   ) {
     // the process's own (prom-client's defaults): RSS, descriptors, CPU, event loop lag, V8's heap by space,
     // GC pauses; what an operator watches for a leak (docs/operations.md, "Memory"). The event loop's lag
-    // is sampled every 100 ms: at prom-client's 10 ms its timer woke an idle daemon 100 times a second.
-    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 100 });
+    // keeps prom-client's 10 ms sampling: each scrape resets it, and a scrape within the first sample's
+    // interval after the last one reads NaN (at 100 ms, the API tests' quick scrapes did).
+    collectDefaultMetrics({ register: this.registry });
     const gateway = () => figures.gateway();
     const autoscale = () => figures.decisions();
     this.gatewayMetrics(gateway);
