@@ -199,26 +199,34 @@ if (!insideTestNetns()) {
         (c) => (c as GatewayController).dataPlane !== undefined && 'ca' in (c as object),
       ) as GatewayController;
       const fqdn: string = e.service_group.domains[0].fqdn;
-      const agent = new Agent({ connect: { ca: readFileSync(gwc.ca!.caPath, 'utf8'), servername: fqdn } });
+      const tls = { ca: readFileSync(gwc.ca!.caPath, 'utf8'), servername: fqdn };
+      const agent = new Agent({ connect: tls });
       await gwc.settled();
       const url = `https://127.0.0.1:${gwc.dataPlane!.boundPort(443)}/`;
       const statuses = new Map<number, number>();
       let askedAgain = 0;
+      const get = async (via: Agent) => {
+        const g = await request(url, { headers: { host: fqdn }, dispatcher: via });
+        await g.body.dump();
+        return g.statusCode;
+      };
       try {
         await Promise.all(
           [0, 1, 2, 3].map(async () => {
             for (let i = 0; i < 1000; i++) {
-              const get = async () => {
-                const g = await request(url, { headers: { host: fqdn }, dispatcher: agent });
-                await g.body.dump();
-                return g.statusCode;
-              };
               // a kept-alive connection the gateway closes as the request is sent is asked again on a new one,
-              // as HTTP clients do for a GET (docs/operations.md, "Soak"); it is counted, and must stay rare
-              const status = await get().catch((e: { code?: string }) => {
+              // as HTTP clients do for a GET (docs/operations.md, "Soak"); it is counted, and must stay rare.
+              // Not on another of the agent's kept-alive ones: whatever closed this one (a reload's old worker
+              // ending) may have closed them all.
+              const status = await get(agent).catch(async (e: { code?: string }) => {
                 if (e.code !== 'UND_ERR_SOCKET') throw e;
                 askedAgain++;
-                return get();
+                const fresh = new Agent({ connect: tls });
+                try {
+                  return await get(fresh);
+                } finally {
+                  await fresh.close();
+                }
               });
               statuses.set(status, (statuses.get(status) ?? 0) + 1);
             }
