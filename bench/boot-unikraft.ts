@@ -68,6 +68,12 @@ export const apiCaller = (url: string, token: string) => async (method: string, 
 
 const SUBNET = '10.79.0.0/24';
 
+/** Voluntary context switches of this process's main thread (the event loop's): how often it slept and woke. */
+function mainThreadSleeps(): number {
+  const status = readFileSync(`/proc/self/task/${process.pid}/status`, 'utf8');
+  return Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(status)?.[1] ?? 0);
+}
+
 export async function unikraftSection(ukDir: string, runs: number, batch: number): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'unihost-bench-uk-'));
   const d = await startDaemon(
@@ -143,6 +149,8 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
     // where the platform's time goes (developer fields of the instance), per image
     /** CPU ms of this process (the daemon, and the client's side of the call) per create, by image */
     const cpu: Record<string, number[]> = {};
+    /** times the event loop's thread slept (woke again) per create, by image: each wake-up may take a core from a VM */
+    const wakes: Record<string, number[]> = {};
     const parts: Record<string, { pre: number[]; net: number[]; boot: number[] }> = {
       'helloworld:latest': { pre: [], net: [], boot: [] },
       'c-http:latest': { pre: [], net: [], boot: [] },
@@ -161,6 +169,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
       ]) {
         const t0 = performance.now();
         const c0 = process.cpuUsage();
+        const w0 = mainThreadSleeps();
         const r = await call('POST', '/v1/instances', {
           image,
           name: `u-${i}`,
@@ -171,6 +180,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
         out.push(performance.now() - t0);
         const c1 = process.cpuUsage(c0);
         (cpu[image] ??= []).push((c1.user + c1.system) / 1000);
+        (wakes[image] ??= []).push(mainThreadSleeps() - w0);
         const e = r.data.instances![0]!;
         if (image !== 'helloworld:latest') {
           if (e.state !== 'running') throw new Error(`${image} did not reach running: ${JSON.stringify(r)}`);
@@ -256,7 +266,7 @@ export async function unikraftSection(ukDir: string, runs: number, batch: number
       const med = (xs: number[]) => stats(xs).median.toFixed(0);
       console.log(
         `  ${image.padEnd(18)} pick-up -> spawn ${med(p.pre)} ms (of it tap + rules ${med(p.net)} ms); spawn -> running as the platform saw it ${med(p.boot)} ms; ` +
-          `daemon CPU per create ${med(cpu[image] ?? [0])} ms (this process, the client's side of the call included)`,
+          `daemon CPU per create ${med(cpu[image] ?? [0])} ms, its event loop woken ${med(wakes[image] ?? [0])} times (this process, the client's side of the call included)`,
       );
     }
     const mib = (b: number) => (b / 2 ** 20).toFixed(1);

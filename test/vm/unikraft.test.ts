@@ -206,7 +206,13 @@ if (!insideTestNetns()) {
       const statuses = new Map<number, number>();
       let askedAgain = 0;
       const get = async (via: Agent) => {
-        const g = await request(url, { headers: { host: fqdn }, dispatcher: via });
+        // bounded: a request that never ends fails here in words, not at the namespace runner's 10 minutes
+        const g = await request(url, {
+          headers: { host: fqdn },
+          dispatcher: via,
+          headersTimeout: 30_000,
+          bodyTimeout: 30_000,
+        });
         await g.body.dump();
         return g.statusCode;
       };
