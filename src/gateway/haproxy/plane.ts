@@ -55,7 +55,7 @@ export function workerIdentity(user = 'haproxy'): { uid: number; gid: number } |
 const BIND_FAILED = /for frontend p(\d+)(?:_tls)?: cannot bind socket \(([^)]+)\) for \[([^\]]+)\]/;
 /** Least time between two reloads (each leaves an old worker behind while its connections end). */
 const MIN_RELOAD_GAP_MS = 250;
-/** With no group routed, the stats poll reads every this many ticks (readStats) */
+/** With no user's group routed (the platform's own routes alone, or none), the stats poll reads every this many ticks (pollDue) */
 const UNROUTED_POLL_EVERY = 20;
 /** A port that could not be bound is tried again after this long (each try costs a failed reload). */
 const BLOCK_RETRY_MS = 60_000;
