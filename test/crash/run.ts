@@ -168,11 +168,13 @@ export async function runCrash(o: CrashOptions): Promise<CrashReport> {
     await d.kill();
     daemonKills++;
     await d.start(token);
+    // Settled means settled for 2 s: right after the start, a record may still say `running` for a VM
+    // that died while the daemon was down, until the daemon's first look restarts it (a CI run read
+    // such an instance settled, and `starting` again a moment later in the check below).
     const end = Date.now() + 180_000;
-    let pending = await converged(dataDir, o.storeUrl);
-    while (pending.length > 0 && Date.now() < end) {
-      await sleep(500);
-      pending = await converged(dataDir, o.storeUrl);
+    for (let settledReads = 0; settledReads < 5 && Date.now() < end;) {
+      settledReads = (await converged(dataDir, o.storeUrl)).length === 0 ? settledReads + 1 : 0;
+      if (settledReads < 5) await sleep(500);
     }
     const result = await check(d.url, token, dataDir, ledger, pebble && (await pebble.root()), o.storeUrl);
     return {
