@@ -15,10 +15,11 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { processStats, threadCpuMs } from '../src/machines/stats.js';
 
 const { values } = parseArgs({
   options: {
@@ -30,12 +31,6 @@ const { values } = parseArgs({
 const SETTLE = Number(values['settle-s']) * 1000;
 const SECONDS = Number(values.seconds);
 const ROUNDS = Number(values.rounds);
-
-/** CPU ms used so far by a process (`/proc/<pid>/stat`) or one of its threads (`/proc/<pid>/task/<tid>/stat`). */
-function cpuMs(stat: string): number {
-  const f = readFileSync(stat, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(f[11]) + Number(f[12])) * 10; // utime + stime, clock ticks of 10 ms
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
@@ -71,12 +66,18 @@ try {
   await sleep(SETTLE);
   for (const p of [daemon, bare]) if (p.exitCode !== null) throw new Error(`a server ended early (${p.exitCode})`);
   // `ip netns exec` execs the command: the pids are the servers'
-  const d = `/proc/${daemon.pid}`;
+  const cpu = (): number[] =>
+    [processStats(daemon.pid!)?.cpuMs, threadCpuMs(daemon.pid!, daemon.pid!), processStats(bare.pid!)?.cpuMs].map(
+      (ms) => {
+        if (ms === undefined) throw new Error('a server ended during the measurement');
+        return ms;
+      },
+    );
   const rows = { process: [] as number[], main: [] as number[], bare: [] as number[] };
   for (let r = 0; r < ROUNDS; r++) {
-    const before = [cpuMs(`${d}/stat`), cpuMs(`${d}/task/${daemon.pid}/stat`), cpuMs(`/proc/${bare.pid}/stat`)];
+    const before = cpu();
     await sleep(SECONDS * 1000);
-    const after = [cpuMs(`${d}/stat`), cpuMs(`${d}/task/${daemon.pid}/stat`), cpuMs(`/proc/${bare.pid}/stat`)];
+    const after = cpu();
     const per = after.map((a, i) => (a - before[i]!) / SECONDS);
     rows.process.push(per[0]!);
     rows.main.push(per[1]!);

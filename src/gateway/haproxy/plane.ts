@@ -104,7 +104,7 @@ export class HaproxyDataPlane implements DataPlane {
   private readonly certs: PlaneCerts;
   private poll: NodeJS.Timeout | null = null;
   private polling = false;
-  /** polls since the last one read with no group routed (see readStats) */
+  /** the timer's polls since the last one that read with no user's group routed (pollDue) */
   private unroutedPolls = 0;
   private readonly drainPending = new Set<string>();
   /** public ports HAProxy could not bind, left out until `until` */
