@@ -26,6 +26,14 @@ export interface Overlay {
  * same bookkeeping in memory for unit tests. The config's `network.driver`
  * chooses (src/drivers.ts).
  */
+/** How a tap is attached for a boot (`NetworkDriver.attachTap`). */
+export interface AttachOpts {
+  /** a tap device that becomes the instance's (a warm VM's) */
+  from?: string;
+  /** the VM resumes a memory snapshot: the host learns the guest's MAC from the platform, not from the guest */
+  restored?: boolean;
+}
+
 export interface NetworkDriver {
   /** the host's address on the private network: the guests' gateway and DNS server */
   readonly gateway: string;
@@ -48,8 +56,12 @@ export interface NetworkDriver {
    * the one a VM started in advance holds open (docs/snapshots.md, "Warm
    * restores"); the instance's own device is replaced. Rejects, with the
    * instance's tap left as it was, when `from` is not there.
+   * `restored`: the VM resumes a memory snapshot. Its guest does not announce
+   * its address as a booting one does (a gratuitous ARP), so the host's
+   * neighbour entry for the address is set to the MAC once the tap is
+   * admitted (docs/network.md, "Address resolution").
    */
-  attachTap(spec: TapSpec, opts?: { from?: string }): Promise<{ admitted: Promise<void> }>;
+  attachTap(spec: TapSpec, opts?: AttachOpts): Promise<{ admitted: Promise<void> }>;
   /** removes a tap and its rules; a tap already gone is fine */
   removeTap(tap: string): Promise<void>;
   /** joins this host's bridge to the other hosts' (null: a host alone, no VXLAN port); idempotent */

@@ -4,7 +4,7 @@ import { bridgeMacFor, hostGateway, netdevIpArg, parseSubnet } from './address.j
 import { CommandError, hostRunner, NET_COMMAND_TIMEOUT_MS, type Runner } from './cmd.js';
 import { BatchError, IpBatch } from './ip-batch.js';
 import { NftBatch } from './nft-batch.js';
-import type { NetworkDriver, Overlay } from './driver.js';
+import type { AttachOpts, NetworkDriver, Overlay } from './driver.js';
 import { waitForPort } from './probe.js';
 import { VM_UID_BASE, VM_UIDS } from '../machines/qemu/jail.js';
 import {
@@ -303,7 +303,7 @@ export class HostNetwork implements NetworkDriver {
    * so a VM may start on it at once; its QEMU's own start covers the `nft`
    * run. `admitted` rejects if the tap could not be admitted: the VM must go.
    */
-  async attachTap(spec: TapSpec, opts: { from?: string } = {}): Promise<{ admitted: Promise<void> }> {
+  async attachTap(spec: TapSpec, opts: AttachOpts = {}): Promise<{ admitted: Promise<void> }> {
     checkTapSpec(spec);
     this.checkPrefix(spec.tap);
     const from = opts.from;
@@ -328,7 +328,7 @@ export class HostNetwork implements NetworkDriver {
       }
       return { old, rules, rec: spec };
     });
-    if (!step) return { admitted: Promise.resolve() };
+    if (!step) return { admitted: opts.restored ? this.learnNeighbour(spec) : Promise.resolve() };
     const admitted = (async () => {
       try {
         await step.rules;
@@ -347,6 +347,7 @@ export class HostNetwork implements NetworkDriver {
       }
       if (step.old && step.old.ip !== spec.ip) await this.forgetNeighbour(step.old.ip);
       if (this.overlay) await this.bridgeLines([pinLine(spec)]);
+      if (opts.restored) await this.learnNeighbour(spec);
     })();
     admitted.catch(() => undefined); // the caller awaits it; no unhandled rejection meanwhile
     return { admitted };
@@ -618,6 +619,21 @@ export class HostNetwork implements NetworkDriver {
       if (e instanceof CommandError && e.code !== null && /Cannot find device/.test(e.stderr)) return;
       if (await this.linkExists(tap)) throw e;
     }
+  }
+
+  /**
+   * Sets the host's ARP entry for a tap's address to its MAC, for a VM that
+   * resumes a snapshot: its guest sends no gratuitous ARP, as a booting one
+   * does, and an entry that a stray packet left being resolved (a FIN sent
+   * again to the address's last instance) held the first packets to the new
+   * one until its next try, up to a second later (docs/network.md, "Address
+   * resolution"). `stale`: used at once, and checked by the kernel as it is
+   * used. A failure leaves the kernel's own resolution: no error.
+   */
+  private async learnNeighbour(spec: TapSpec): Promise<void> {
+    await this.ipLines([`neigh replace ${spec.ip} lladdr ${spec.mac} dev ${this.bridge} nud stale`]).catch(
+      () => undefined,
+    );
   }
 
   /** Drops the host's ARP entry so a reused address is resolved afresh. */

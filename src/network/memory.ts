@@ -1,5 +1,5 @@
 import { hostGateway, netdevIpArg, parseSubnet } from './address.js';
-import type { NetworkDriver, Overlay, TapSpec } from './driver.js';
+import type { AttachOpts, NetworkDriver, Overlay, TapSpec } from './driver.js';
 import { checkTapSpec } from './rules.js';
 
 /**
@@ -46,7 +46,7 @@ export class MemoryNetwork implements NetworkDriver {
     this.taps.set(spec.tap, spec);
   }
 
-  async attachTap(spec: TapSpec, opts: { from?: string } = {}): Promise<{ admitted: Promise<void> }> {
+  async attachTap(spec: TapSpec, opts: AttachOpts = {}): Promise<{ admitted: Promise<void> }> {
     if (opts.from !== undefined && !/^[a-z0-9]{1,15}$/.test(opts.from)) throw new Error(`bad tap name '${opts.from}'`);
     await this.ensureTap(spec);
     return { admitted: Promise.resolve() };

@@ -114,14 +114,15 @@ export async function bootPlan(
   }
 
   async function attachNic(hooks: NetworkHooks) {
-    if (!reserved) return hooks.attach(inst, guest);
+    const restored = !!from;
+    if (!reserved) return hooks.attach(inst, { guest, restored });
     try {
-      return await hooks.attach(inst, guest, reserved.tap);
+      return await hooks.attach(inst, { guest, from: reserved.tap, restored });
     } catch {
       // its tap is gone (the VM ended): the restore starts a VMM of its own on the instance's tap
       warm?.release(reserved.id, true);
       reserved = undefined;
-      return hooks.attach(inst, guest);
+      return hooks.attach(inst, { guest, restored });
     }
   }
 

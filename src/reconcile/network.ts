@@ -20,12 +20,12 @@ export interface NetworkHooks {
    * It returns once the tap exists; `admitted` settles when the rules admit
    * it (the VM may start in between: NetworkDriver.attachTap). `from`: the
    * tap a VM started in advance holds open, which becomes the instance's (a
-   * warm VM: MachineDriver.reserveWarm).
+   * warm VM: MachineDriver.reserveWarm). `restored`: the VM resumes a
+   * memory snapshot (NetworkDriver.attachTap).
    */
   attach(
     inst: InstanceRec,
-    guest?: GuestAddress,
-    from?: string,
+    opts: { guest?: GuestAddress; from?: string; restored?: boolean },
   ): Promise<{ tap: string; mac: string; netdevIp: string; admitted: Promise<void> }>;
   /** Removes the instance's tap once its VM is gone. */
   detach(instanceId: string): Promise<void>;
@@ -209,11 +209,13 @@ export class NetworkController implements Controller, NetworkHooks {
 
   async attach(
     inst: InstanceRec,
-    guest?: GuestAddress,
-    from?: string,
+    { guest, from, restored }: { guest?: GuestAddress; from?: string; restored?: boolean },
   ): Promise<{ tap: string; mac: string; netdevIp: string; admitted: Promise<void> }> {
     const spec = this.spec(inst, guest);
-    const { admitted } = await this.host.attachTap(spec, from === undefined ? {} : { from });
+    const { admitted } = await this.host.attachTap(spec, {
+      ...(from === undefined ? {} : { from }),
+      ...(restored ? { restored } : {}),
+    });
     return { tap: spec.tap, mac: spec.guest?.mac ?? spec.mac, netdevIp: this.host.netdevIp(spec.ip), admitted };
   }
 

@@ -144,6 +144,40 @@ describe(
       await net.removeTap(c.tap);
     });
 
+    test("a restored VM's address: the host's ARP entry is set to its MAC, also over one a stray packet left being resolved", async () => {
+      const net = new HostNetwork(opts);
+      await net.setup();
+      const neigh = (ip: string): string => sh('ip', 'neigh', 'show', ip, 'dev', 'uhbr0').trim();
+      // a packet to an address nobody answers for (the last instance's, deleted): the kernel resolves it,
+      // holding packets to it until its next try, a second later (docs/network.md, "Address resolution")
+      const stray = (ip: string): void => void sh('bash', '-c', `echo > /dev/udp/${ip}/9`);
+      const booted = spec('dave', '10.77.0.6');
+      const restored = spec('dave', '10.77.0.7');
+      stray(booted.ip);
+      stray(restored.ip);
+      assert.match(neigh(restored.ip), /INCOMPLETE/);
+      await (
+        await net.attachTap(booted)
+      ).admitted;
+      await (
+        await net.attachTap(restored, { restored: true })
+      ).admitted;
+      // a booting guest announces itself (a gratuitous ARP): its entry is left to the kernel
+      assert.match(neigh(booted.ip), /INCOMPLETE|FAILED/);
+      assert.match(neigh(restored.ip), new RegExp(`lladdr ${restored.mac} (STALE|DELAY|PROBE|REACHABLE)`));
+      // a restore on the tap the instance kept (a stateful wake): the same
+      sh('ip', 'neigh', 'flush', 'to', restored.ip, 'dev', 'uhbr0');
+      stray(restored.ip);
+      assert.match(neigh(restored.ip), /INCOMPLETE/);
+      await (
+        await net.attachTap(restored, { restored: true })
+      ).admitted;
+      assert.match(neigh(restored.ip), new RegExp(`lladdr ${restored.mac} (STALE|DELAY|PROBE|REACHABLE)`));
+      await net.removeTap(booted.tap);
+      await net.removeTap(restored.tap);
+      assert.equal(neigh(restored.ip), '', 'a removed tap takes its address with it');
+    });
+
     test('sync (fresh object, as after a restart) deletes stray unihost taps only and creates missing ones', async () => {
       sh('ip', 'tuntap', 'add', 'dev', 'uhdeadbeef0000', 'mode', 'tap'); // leftover, unattached
       sh('ip', 'tuntap', 'add', 'dev', 'uhcafe00000000', 'mode', 'tap');
