@@ -19,7 +19,12 @@ test('a file written a byte at a time: a bounded number of calls, the last one a
   writeFileSync(f, '');
   const seen: number[] = [];
   const pauseMs = 20;
-  const w = watchFiles(dir, new Set(['serial.raw']), pauseMs, () => seen.push(readFileSync(f).length));
+  const w = watchFiles(
+    dir,
+    new Set(['serial.raw']),
+    () => pauseMs,
+    () => seen.push(readFileSync(f).length),
+  );
   try {
     const t0 = Date.now();
     // 400 writes, each in a turn of its own: each is an inotify event the process could be woken by
@@ -43,7 +48,12 @@ test('a change is answered at once, not at the end of the pause; other files and
   writeFileSync(f, '');
   let calls = 0;
   const pauseMs = 3000;
-  const w = watchFiles(dir, new Set(['control.log']), pauseMs, () => calls++);
+  const w = watchFiles(
+    dir,
+    new Set(['control.log']),
+    () => pauseMs,
+    () => calls++,
+  );
   try {
     writeFileSync(join(dir, 'serial.pos'), '12'); // written by the reader itself: not watched
     await sleep(100);
@@ -60,7 +70,41 @@ test('a change is answered at once, not at the end of the pause; other files and
   assert.equal(calls, 1, 'nothing after close, the pending call at the pause end included');
 });
 
+test('a pause of 0 keeps the watch open: every turn of the event loop with changes is one call, none later', async () => {
+  const f = join(dir, 'serial.raw');
+  writeFileSync(f, '');
+  const seen: number[] = [];
+  let pause = 0;
+  const w = watchFiles(
+    dir,
+    new Set(['serial.raw']),
+    () => pause,
+    () => seen.push(readFileSync(f).length),
+  );
+  try {
+    for (let i = 1; i <= 20; i++) {
+      appendFileSync(f, 'x');
+      await until(() => seen.at(-1) === i, 2000, `byte ${i} read`);
+    }
+    assert.equal(seen.length, 20, 'one call per change seen on its own, no call for a pause ending');
+    // the pause asked anew at each change: from now on, paused again
+    pause = 3000;
+    appendFileSync(f, 'y');
+    await until(() => seen.at(-1) === 21, 2000, 'the change after the switch');
+    appendFileSync(f, 'z');
+    await sleep(200);
+    assert.equal(seen.at(-1), 21, 'the next change waits for the pause to end');
+  } finally {
+    w.close();
+  }
+});
+
 test('a directory that is not there: no watch, no throw (the caller polls)', () => {
-  const w = watchFiles(join(dir, 'missing'), new Set(['serial.raw']), 2, () => assert.fail('called'));
+  const w = watchFiles(
+    join(dir, 'missing'),
+    new Set(['serial.raw']),
+    () => 2,
+    () => assert.fail('called'),
+  );
   w.close();
 });

@@ -9,11 +9,12 @@ export interface FilesWatch {
  * Calls `onChange` when one of the files `names` of `dir` changes, with
  * wake-ups bounded while they keep changing: a change is answered at once
  * (in the next turn of the event loop, with the rest of that turn's events),
- * and then the directory's inotify watch is closed for `pauseMs`; when it
+ * and then the directory's inotify watch is closed for `pauseMs()`; when it
  * is made again, `onChange` is called once more for what changed meanwhile.
  * So a file written a byte at a time wakes the process about twice per
- * `pauseMs`, not once per write, and its last write is seen at most
- * `pauseMs` late.
+ * pause, not once per write, and its last write is seen at most one pause
+ * late. `pauseMs()` is asked at each change: 0 keeps the watch open (one
+ * call per turn of the event loop that saw changes).
  *
  * Why: QEMU writes a guest's console one write(2) per byte (its UART), a
  * Unikraft boot ~600 of them; woken at each, the daemon took the booting
@@ -22,7 +23,7 @@ export interface FilesWatch {
  * gone), nothing is called: the caller's poll backs it up, as it does for
  * file systems whose inotify misses events.
  */
-export function watchFiles(dir: string, names: Set<string>, pauseMs: number, onChange: () => void): FilesWatch {
+export function watchFiles(dir: string, names: Set<string>, pauseMs: () => number, onChange: () => void): FilesWatch {
   let watcher: FSWatcher | null = null;
   let resume: NodeJS.Timeout | null = null;
   let immediate: NodeJS.Immediate | null = null;
@@ -30,19 +31,21 @@ export function watchFiles(dir: string, names: Set<string>, pauseMs: number, onC
   const arm = (): void => {
     try {
       watcher = watch(dir, (_type, name) => {
-        if (closed || resume || (name !== null && !names.has(String(name)))) return;
-        watcher?.close();
-        watcher = null;
+        if (closed || resume || immediate || (name !== null && !names.has(String(name)))) return;
         immediate = setImmediate(() => {
           immediate = null;
           onChange();
         });
+        const pause = pauseMs();
+        if (pause <= 0) return;
+        watcher?.close();
+        watcher = null;
         resume = setTimeout(() => {
           resume = null;
           if (closed) return;
           arm();
           onChange(); // what changed while the watch was closed
-        }, pauseMs);
+        }, pause);
       });
       // an error after the watch was made (its directory removed): the caller's poll goes on
       watcher.on('error', () => {

@@ -374,7 +374,8 @@ export class QemuDriver implements MachineDriver {
     vm.watcher = watchFiles(
       spec.dir,
       new Set([basename(files.serial), basename(files.control)]),
-      CONSOLE_PAUSE_MS,
+      // paused while the guest boots (its banner, a Linux kernel's messages), not once it is ready
+      () => (vm.seen.ready ? 0 : CONSOLE_PAUSE_MS),
       () => {
         if (!vm.exited) this.pump(vm);
       },
@@ -598,8 +599,10 @@ export class QemuDriver implements MachineDriver {
 }
 
 /**
- * How long the watch of a VM's console stays closed after a change
- * (console-watch.ts): the latest a write is read. bench/boot with one core
+ * How long the watch of a VM's console stays closed after a change while
+ * the guest boots (console-watch.ts): the latest a write is read then; once
+ * the guest is ready the watch stays open (docs/machines.md, "Console
+ * log"). bench/boot with one core
  * kept busy: ~200 wake-ups of the daemon per c-http boot without it, ~40
  * with it; a write is rarely on the boot's path (the end of a Unikraft
  * banner is followed by the application's own start, 2-5 ms).
