@@ -19,13 +19,6 @@ export interface Overlay {
   remote: { ip: string; mac: string; userId: string; host: string }[];
 }
 
-/**
- * What the network controller (src/reconcile/network.ts) drives: the host
- * side of the private network. `HostNetwork` (host.ts) is the real one: a
- * bridge, taps and nftables rules; `MemoryNetwork` (memory.ts) keeps the
- * same bookkeeping in memory for unit tests. The config's `network.driver`
- * chooses (src/drivers.ts).
- */
 /** How a tap is attached for a boot (`NetworkDriver.attachTap`). */
 export interface AttachOpts {
   /** a tap device that becomes the instance's (a warm VM's) */
@@ -34,6 +27,13 @@ export interface AttachOpts {
   restored?: boolean;
 }
 
+/**
+ * What the network controller (src/reconcile/network.ts) drives: the host
+ * side of the private network. `HostNetwork` (host.ts) is the real one: a
+ * bridge, taps and nftables rules; `MemoryNetwork` (memory.ts) keeps the
+ * same bookkeeping in memory for unit tests. The config's `network.driver`
+ * chooses (src/drivers.ts).
+ */
 export interface NetworkDriver {
   /** the host's address on the private network: the guests' gateway and DNS server */
   readonly gateway: string;

@@ -602,10 +602,10 @@ export class QemuDriver implements MachineDriver {
  * How long the watch of a VM's console stays closed after a change while
  * the guest boots (console-watch.ts): the latest a write is read then; once
  * the guest is ready the watch stays open (docs/machines.md, "Console
- * log"). bench/boot with one core
- * kept busy: ~200 wake-ups of the daemon per c-http boot without it, ~40
- * with it; a write is rarely on the boot's path (the end of a Unikraft
- * banner is followed by the application's own start, 2-5 ms).
+ * log"). bench/boot with one core kept busy: ~200 wake-ups of the daemon
+ * per c-http boot without it, ~40 with it; a write is rarely on the boot's
+ * path (the end of a Unikraft banner is followed by the application's own
+ * start, 2-5 ms).
  */
 const CONSOLE_PAUSE_MS = 2;
 
