@@ -15,10 +15,12 @@
  * unihost answers with HTTP Basic auth on (its API token), docker-registry
  * with none. Figures: MiB/s for the large blob, operations/s for the small
  * ones; ratios unihost / docker-registry as the median and the worst round.
+ * The large pull also prints the CPU time each server and curl spent per
+ * pull (from /proc), which says whose work bounds it.
  */
 import { execFile, execFileSync, fork } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs, promisify } from 'node:util';
 import { Agent, request } from 'undici';
 import { JEMALLOC, JEMALLOC_CONF } from '../src/cli/admin/service.js';
@@ -44,7 +46,22 @@ interface Target {
   name: string;
   base: string;
   auth: Record<string, string>;
+  /** the server's process */
+  pid: number;
 }
+
+/**
+ * CPU ms (user + system) of process `pid` from /proc/<pid>/stat, its own or
+ * with `children`, that of its waited-for children (curl, once it exited).
+ */
+function cpuMs(pid: number | 'self', children = false): number {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  const at = children ? 13 : 11; // utime, stime (or cutime, cstime) after the state field
+  return ((Number(f[at]) + Number(f[at + 1])) * 1000) / TICKS;
+}
+const TICKS = Number(execFileSync('getconf', ['CLK_TCK']).toString());
+/** CPU ms per large pull, summed over the run: [server, curl] for each target. */
+const pullCpu = new Map<string, { server: number; curl: number; n: number }>();
 
 /** The large blob of a round: 1 MiB chunks, each stamped with the round, server and index. */
 function* chunks(stamp: string, mb: number): Generator<Buffer> {
@@ -159,8 +176,15 @@ async function round(targets: [Target, Target], r: number): Promise<[Figures, Fi
     return upload(t, 'bench/big', chunks(bigStamps[k]![i]!, MB), big[k]![i]!, MB * CHUNK);
   });
   const pull = await paired(targets, first, 3, async (t, i) => {
+    const [server, curl] = [cpuMs(t.pid), cpuMs('self', true)];
     const got = await curlDownload(t, 'bench/big', big[targets.indexOf(t)]![i]!);
     if (got !== MB * CHUNK) throw new Error(`${t.name}: pulled ${got} bytes`);
+    const c = pullCpu.get(t.name) ?? { server: 0, curl: 0, n: 0 };
+    pullCpu.set(t.name, {
+      server: c.server + cpuMs(t.pid) - server,
+      curl: c.curl + cpuMs('self', true) - curl,
+      n: c.n + 1,
+    });
   });
   const small = stamps.map((s) =>
     Array.from({ length: SMALL }, (_, i) => Buffer.from(`${s} small ${i} `.padEnd(4096, '.'))),
@@ -202,8 +226,9 @@ try {
     name: 'unihost',
     base: ready.url,
     auth: { authorization: `Basic ${Buffer.from(`${name}:${ready.token}`).toString('base64')}` },
+    pid: child.pid!,
   };
-  const dr: Target = { name: 'docker-registry', base: `http://${docker.host}`, auth: {} };
+  const dr: Target = { name: 'docker-registry', base: `http://${docker.host}`, auth: {}, pid: docker.pid };
   // unihost repositories are <user>/<app>: the user is named `bench`, so `bench/big` is its own
   const rows: { u: Figures; d: Figures }[] = [];
   for (let r = 0; r < ROUNDS; r++) {
@@ -223,6 +248,9 @@ try {
     const ratios = rows.map((x) => x.u[k] / x.d[k]);
     console.log(`  ${k.padEnd(13)} ${median(ratios).toFixed(2)} (${Math.min(...ratios).toFixed(2)})`);
   }
+  console.log(`\nCPU per ${MB} MiB pull, mean (server + curl):`);
+  for (const [name, c] of pullCpu)
+    console.log(`  ${name.padEnd(16)} ${(c.server / c.n).toFixed(0)} + ${(c.curl / c.n).toFixed(0)} ms`);
 } finally {
   await docker.stop();
   child.disconnect();

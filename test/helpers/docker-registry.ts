@@ -23,6 +23,8 @@ export interface RegistryProcess {
   /** host:port on loopback */
   host: string;
   dir: string;
+  /** the server's process id */
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -65,6 +67,7 @@ export async function startDockerRegistry(auth?: { user: string; password: strin
   return {
     host: `127.0.0.1:${port}`,
     dir,
+    pid: child.pid!,
     async stop() {
       if (child.exitCode === null) {
         const gone = new Promise((r) => child.once('exit', r));
