@@ -37,6 +37,8 @@ export class StatCounters {
   private readonly rows = new Map<string, { last: Totals }>();
   private readonly ports = new Map<number, number>();
   private readonly scur = new Map<string, number>();
+  /** sessions open on a stats row (backend, or an instance's server) at its backend's last read; rows with none are left out */
+  private readonly open = new Map<string, { backend: string; groupId: string; instanceId?: string; cur: number }>();
   /** connections the activator carries to an instance itself (a woken group's first ones), per instance */
   private readonly direct = new Map<string, number>();
 
@@ -47,12 +49,17 @@ export class StatCounters {
     },
   ) {}
 
-  /** Folds one `show stat` answer in. */
-  update(csv: string, names: StatNames, now = Date.now()): void {
-    const groupOpen = new Map<string, number>();
-    const instOpen = new Map<string, number>();
+  /**
+   * Folds one `show stat` answer in. `partial`: it holds some backends only
+   * (and every frontend); what was last read of the others stands.
+   */
+  update(csv: string, names: StatNames, now = Date.now(), partial = false): void {
+    const rows = parseStat(csv);
     this.ports.clear();
-    for (const r of parseStat(csv)) {
+    // the sessions of the backends this answer holds (all, when whole) are read again
+    const read = new Set(rows.flatMap((r) => (r.svname === 'BACKEND' ? [r.pxname ?? ''] : [])));
+    for (const [k, o] of this.open) if (!partial || read.has(o.backend)) this.open.delete(k);
+    for (const r of rows) {
       const px = r.pxname ?? '';
       const sv = r.svname ?? '';
       const cur = Number(r.scur) || 0;
@@ -68,19 +75,23 @@ export class StatCounters {
         // bytes of everything the group's backend carried, the platform's own answers (its backup
         // server, the activator) included; requests are counted from the instances' rows below:
         // only requests routed to an instance count (docs/operations.md, metrics)
-        const g = this.group(groupId);
-        groupOpen.set(groupId, (groupOpen.get(groupId) ?? 0) + cur);
-        this.add(g, { ...t, delta: { ...t.delta, requests: 0 } }, cur, now);
+        if (cur > 0) this.open.set(`${px}/${sv}`, { backend: px, groupId, cur });
+        this.add(this.group(groupId), { ...t, delta: { ...t.delta, requests: 0 } }, cur, now);
         continue;
       }
       if (sv === ACTIVATOR_SERVER) continue;
       const id = names.instance(px, sv);
       if (!id) continue;
       const i = this.instance(groupId, id);
-      instOpen.set(id, (instOpen.get(id) ?? 0) + cur);
+      if (cur > 0) this.open.set(`${px}/${sv}`, { backend: px, groupId, instanceId: id, cur });
       this.group(groupId).requests += t.delta.requests;
       if (this.add(i, t, cur, now)) this.hooks.onActivity?.(groupId, id);
     }
+    const groupOpen = new Map<string, number>();
+    const instOpen = new Map<string, number>();
+    for (const o of this.open.values())
+      if (o.instanceId) instOpen.set(o.instanceId, (instOpen.get(o.instanceId) ?? 0) + o.cur);
+      else groupOpen.set(o.groupId, (groupOpen.get(o.groupId) ?? 0) + o.cur);
     for (const [id, g] of this.groups) g.openConnections = groupOpen.get(id) ?? 0;
     for (const [id, i] of this.instances) {
       const was = this.scur.get(id) ?? 0;
@@ -164,6 +175,11 @@ export class StatCounters {
       this.group(groupId).lastActivity = now;
       if (this.connections(instanceId) === 0) this.hooks.onIdle?.(instanceId);
     };
+  }
+
+  /** Whether the group's backend had sessions open at the last read of it. */
+  groupBusy(groupId: string): boolean {
+    return (this.groups.get(groupId)?.openConnections ?? 0) > 0;
   }
 
   connections(instanceId: string): number {

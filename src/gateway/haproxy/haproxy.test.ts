@@ -675,6 +675,62 @@ describe('gateway on HAProxy: the first request of a wake, sent on by the activa
     }
   });
 
+  test('between whole reads, a poll reads the frontends and the backends with servers only; counters still move', async () => {
+    const pdir = await mkdtemp(path.join(tmpdir(), 'uh-hp-live-'));
+    const table = new BackendTable();
+    const pair = await backendPair('http', 'L');
+    const [b, b2] = pair;
+    const L = `live-1.${METRO}`;
+    const I = `idle-1.${METRO}`;
+    await table.set('gLive', [b]);
+    await table.set('gIdle', []); // its instances are stopped: no server
+    const plane = await testPlane(pdir, table, { statsIntervalMs: 20 });
+    const admin = (plane as unknown as { proc: { admin: RuntimeApi } }).proc.admin;
+    const sent: string[] = [];
+    const send = admin.send.bind(admin);
+    admin.send = (c: string, payload?: string) => {
+      if (c.startsWith('show stat')) sent.push(c);
+      return send(c, payload);
+    };
+    const routes = [route('gLive', 80, b.port, ['http'], [L]), route('gIdle', 80, b.port, ['http'], [I])];
+    try {
+      for (const r of await plane.setRoutes(routes)) assert.equal(r.error, undefined);
+      const live = plane.backendOf(80, 'gLive')!;
+      const idle = plane.backendOf(80, 'gIdle')!;
+      await new Promise((r) => setTimeout(r, 200));
+      sent.length = 0;
+      await new Promise((r) => setTimeout(r, 600));
+      const whole = sent.filter((c) => c === 'show stat');
+      const partial = sent.filter((c) => c !== 'show stat');
+      assert.ok(whole.length <= 1, `whole reads in 0.6 s: ${whole.length} (one every 5 s)`);
+      assert.ok(partial.length >= 10, `partial reads in 0.6 s: ${partial.length}`);
+      for (const c of partial) {
+        assert.ok(c.split(';').includes(`show stat ${live} -1 -1`), `the live backend is read: ${c}`);
+        assert.ok(!c.includes(idle), `the backend with no server is not: ${c}`);
+        assert.ok(c.startsWith('show stat -1 1 -1;'), `every frontend is: ${c}`);
+      }
+      // what the partial reads carry: an instance's requests and sessions, as a whole read would
+      const before = plane.counters().instances[b.id]?.requests ?? 0;
+      assert.equal((await request(plane.boundPort(80)!, L, '/')).status, 200);
+      await until(() => (plane.counters().instances[b.id]?.requests ?? 0) === before + 1, 'the request counted');
+      await until(() => (plane.counters().groups.gLive?.requests ?? 0) >= 1, "the group's requests");
+      assert.equal(plane.counters().instances[b.id]?.openConnections, 0);
+      // a group whose instance starts is read from the next poll on
+      await table.set('gIdle', [b2]);
+      for (const r of await plane.setRoutes(routes)) assert.equal(r.error, undefined);
+      await until(
+        () => sent.some((c) => c !== 'show stat' && c.includes(idle)),
+        "the started instance's backend is read",
+      );
+      assert.equal((await request(plane.boundPort(80)!, I, '/')).status, 200);
+      await until(() => (plane.counters().instances[b2.id]?.requests ?? 0) === 1, "its instance's request counted");
+    } finally {
+      await plane.close();
+      for (const x of pair) await x.close();
+      await rm(pdir, { recursive: true, force: true });
+    }
+  });
+
   test("the stats are polled at full rate only while a user's group is routed; the platform's own routes alone, rarely", async () => {
     const pdir = await mkdtemp(path.join(tmpdir(), 'uh-hp-poll-'));
     const table = new BackendTable();
@@ -687,7 +743,7 @@ describe('gateway on HAProxy: the first request of a wake, sent on by the activa
     let reads = 0;
     const send = admin.send.bind(admin);
     admin.send = (c: string, payload?: string) => {
-      if (c === 'show stat') reads++;
+      if (c.startsWith('show stat')) reads++;
       return send(c, payload);
     };
     const readsOver = async (ms: number): Promise<number> => {

@@ -57,6 +57,15 @@ const BIND_FAILED = /for frontend p(\d+)(?:_tls)?: cannot bind socket \(([^)]+)\
 const MIN_RELOAD_GAP_MS = 250;
 /** With no user's group routed (the platform's own routes alone, or none), the stats poll reads every this many ticks (pollDue) */
 const UNROUTED_POLL_EVERY = 20;
+/**
+ * The stats are read whole at most this often (ms); the polls between read
+ * the frontends and the backends with servers or open sessions only
+ * (liveBackends): a platform with many groups whose instances are stopped
+ * does not parse their rows 4 times a second.
+ */
+const FULL_STATS_MS = 5_000;
+/** Past this many live backends a poll reads everything: the command stays short (HAProxy reads a line of at most tune.bufsize, 16 KiB). */
+const MAX_PARTIAL_BACKENDS = 100;
 /** A port that could not be bound is tried again after this long (each try costs a failed reload). */
 const BLOCK_RETRY_MS = 60_000;
 
@@ -106,6 +115,8 @@ export class HaproxyDataPlane implements DataPlane {
   private polling = false;
   /** the timer's polls since the last one that read with no user's group routed (pollDue) */
   private unroutedPolls = 0;
+  /** when the stats were last read whole (readStats) */
+  private fullStatsAt = 0;
   private readonly drainPending = new Set<string>();
   /** public ports HAProxy could not bind, left out until `until` */
   private readonly blocked = new Map<number, { error: string; until: number }>();
@@ -414,15 +425,38 @@ export class HaproxyDataPlane implements DataPlane {
     if (this.polling || !this.started || this.closed || !(force || this.pollDue())) return;
     this.polling = true;
     try {
-      const csv = await this.proc.admin.send('show stat').catch(() => undefined);
+      const now = Date.now();
+      const live = now - this.fullStatsAt >= FULL_STATS_MS ? undefined : this.liveBackends();
+      const command = live ? ['show stat -1 1 -1', ...live.map((b) => `show stat ${b} -1 -1`)].join(';') : 'show stat';
+      const csv = await this.proc.admin.send(command).catch(() => undefined);
       if (csv === undefined) {
         if (!this.proc.running()) this.resync('haproxy is not running');
         return;
       }
-      this.stats.update(csv, statNames(this.slots, this.servers));
+      if (!live) this.fullStatsAt = now;
+      this.stats.update(csv, statNames(this.slots, this.servers), Date.now(), live !== undefined);
     } finally {
       this.polling = false;
     }
+  }
+
+  /**
+   * The backends a poll between two whole reads covers: those with servers
+   * (their instances' sessions, activity and drains are what is waited on)
+   * or with sessions open at the last read (until they are seen to end);
+   * undefined, for a whole read, when there are more than
+   * MAX_PARTIAL_BACKENDS of them.
+   */
+  private liveBackends(): string[] | undefined {
+    const out: string[] = [];
+    for (const ss of this.slots.values())
+      for (const s of ss) {
+        if (!s.route) continue;
+        if ((this.servers.get(s.name)?.size ?? 0) === 0 && !this.stats.groupBusy(s.route.groupId)) continue;
+        out.push(s.name);
+        if (out.length > MAX_PARTIAL_BACKENDS) return undefined;
+      }
+    return out;
   }
 
   boundPort(publicPort: number): number | undefined {

@@ -36,3 +36,22 @@ test('show stat: the rows by name, only the columns the counters read unless tol
   ]);
   assert.deepEqual(parseStat('Unknown command\n'), [], 'an answer that is not the CSV');
 });
+
+test('show stat: the answer to several commands, a header per section; a refusal between them is left out', () => {
+  const csv = [
+    '# pxname,svname,scur,stot',
+    'p80,FRONTEND,1,9',
+    '',
+    'No such proxy.',
+    '',
+    '# pxname,svname,stot,scur',
+    'g80_http0,i0,7,2',
+    'g80_http0,BACKEND,8,3',
+    '',
+  ].join('\n');
+  assert.deepEqual(parseStat(csv, ['pxname', 'svname', 'scur', 'stot']), [
+    { pxname: 'p80', svname: 'FRONTEND', scur: '1', stot: '9' },
+    { pxname: 'g80_http0', svname: 'i0', scur: '2', stot: '7' },
+    { pxname: 'g80_http0', svname: 'BACKEND', scur: '3', stot: '8' },
+  ]);
+});

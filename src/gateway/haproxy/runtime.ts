@@ -58,20 +58,24 @@ const STAT_COLUMNS = ['pxname', 'svname', 'scur', 'req_tot', 'stot', 'bin', 'bou
  * given columns (default: those the counters read) by name; a column the
  * header lacks is absent from every row. Only those: the stats are read 4
  * times a second, and a row of all ~100 columns as an object was most of
- * the poll's cost.
+ * the poll's cost. The answer to several commands at once (`show stat A;
+ * show stat B`) has a header per section; lines before any header (a
+ * refusal such as "No such proxy.") are left out.
  */
 export function parseStat(csv: string, columns: readonly string[] = STAT_COLUMNS): Record<string, string>[] {
-  const lines = csv.split('\n');
-  const head = lines.shift();
-  if (!head?.startsWith('# ')) return [];
-  const names = head.slice(2).split(',');
-  const at = columns.flatMap((c) => {
-    const i = names.indexOf(c);
-    return i < 0 ? [] : [[c, i] as const];
-  });
+  let at: (readonly [string, number])[] | undefined;
   const rows: Record<string, string>[] = [];
-  for (const l of lines) {
-    if (l.length === 0) continue;
+  for (const l of csv.split('\n')) {
+    if (l.startsWith('# ')) {
+      const names = l.slice(2).split(',');
+      at = columns.flatMap((c) => {
+        const i = names.indexOf(c);
+        return i < 0 ? [] : [[c, i] as const];
+      });
+      continue;
+    }
+    // a blank line ends a section; a line that is not CSV (a refusal) has no comma
+    if (!at || l.length === 0 || !l.includes(',')) continue;
     const v = l.split(',');
     const row: Record<string, string> = {};
     for (const [c, i] of at) row[c] = v[i] ?? '';
