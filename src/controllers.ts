@@ -51,6 +51,7 @@ export async function defaultControllers(s: Services, log: Logger, drivers?: Dri
         services: s,
         log,
         cpuMs: (id) => machines.stats(id)?.cpuMs,
+        vms: () => machines.vms(),
         traffic: gateway ? (groupId, id) => gateway.traffic(groupId, id) : undefined,
         remoteCpu: s.hostId ? remoteCpu(new StoreFigures(s.store, () => s.clock.now())) : undefined,
       })

@@ -33,3 +33,14 @@ test('a counter that goes backwards (a new VM process) starts the history over',
   w.add({ t: 3000, cpuMs: 250 });
   assert.equal(w.millicores(), 200);
 });
+
+test('from a time on: the readings before it (a boot) are left out', () => {
+  const w = new CpuWindow(5000);
+  w.add({ t: 0, cpuMs: 0 });
+  w.add({ t: 1000, cpuMs: 900 }); // booting: 900 millicores
+  w.add({ t: 2000, cpuMs: 950 });
+  assert.equal(w.millicores(), 475);
+  assert.equal(w.millicores(2000), undefined, 'one reading since: nothing to judge by');
+  w.add({ t: 3000, cpuMs: 1000 });
+  assert.equal(w.millicores(1500), 50);
+});

@@ -24,9 +24,12 @@ export class CpuWindow {
     while (this.ring.length > 2 && this.ring[1]!.t <= s.t - this.windowMs) this.ring.shift();
   }
 
-  /** Millicores over the window; undefined until two readings exist. */
-  millicores(): number | undefined {
-    const first = this.ring[0];
+  /**
+   * Millicores over the window, or over its readings from `since` (ms) on;
+   * undefined until two such readings exist.
+   */
+  millicores(since = -Infinity): number | undefined {
+    const first = this.ring.find((r) => r.t >= since);
     const last = this.ring[this.ring.length - 1];
     if (!first || !last || last.t <= first.t) return undefined;
     return Math.round(((last.cpuMs - first.cpuMs) / (last.t - first.t)) * 1000);

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { Controller, ControllerDeps } from './deps.js';
 import { average, decide } from '../domain/autoscale.js';
 import { CpuWindow } from '../domain/cpu-window.js';
-import type { AutoscaleRec, InstanceRec, Tx } from '../store/types.js';
+import type { AutoscaleRec, InstanceRec } from '../store/types.js';
 import type { TimerApi } from './engine.js';
 
 export interface AutoscaleOptions {
@@ -11,6 +11,8 @@ export interface AutoscaleOptions {
   log: Logger;
   /** CPU time (ms) of an instance's VM process so far (the machine controller's `stats`) */
   cpuMs: (instanceId: string) => number | undefined;
+  /** the instances whose VMs run on this host now (the machine driver's `list`): the ones sampled */
+  vms: () => string[];
   /** sampling and evaluation period; 1000 by default */
   intervalMs?: number;
   /** window the per-instance CPU is averaged over; 3000 by default */
@@ -32,6 +34,10 @@ export interface AutoscaleOptions {
    */
   remoteCpu?: (instanceIds: string[]) => Promise<Map<string, number>>;
 }
+
+/** When an instance became ready (ms): its spawn plus its boot time. */
+const readyAt = (i: InstanceRec): number =>
+  (Date.parse(i.started_at ?? '') || 0) + Math.round((i.boot_time_us ?? 0) / 1000);
 
 /** Instances the autoscaler counts as the group's capacity: wanted up and not on their way out. */
 function active(i: InstanceRec): boolean {
@@ -105,20 +111,37 @@ export class AutoscaleController implements Controller {
     return this.running;
   }
 
+  /**
+   * Samples this host's VMs, then reads the enabled configurations and
+   * their groups' instances (two queries, whatever the number of instances
+   * and groups) and evaluates, each in a transaction of its own, the groups
+   * where there is something to decide: a running master, or a clone that
+   * ended for good. A platform with many groups whose masters are stopped
+   * costs a pass those two queries only.
+   */
   private async pass(): Promise<void> {
     const s = this.o.services;
-    const { live, configs } = await s.store.read(async (tx) => ({
-      live: (await tx.instances.all()).filter((i) => i.state === 'running' || i.state === 'draining'),
-      configs: await this.configs(tx),
+    this.sample(this.o.vms());
+    const { configs, members } = await s.store.read(async (tx) => ({
+      configs: await tx.autoscale.enabled(),
+      members: await tx.instances.autoscaled(),
     }));
-    this.sample(live);
+    const byGroup = new Map<string, InstanceRec[]>();
+    for (const i of members) byGroup.set(i.service_group_id!, [...(byGroup.get(i.service_group_id!) ?? []), i]);
     // the published CPU of members of autoscaled groups that run on other hosts (none on a single host)
-    const groups = new Set(configs.map((c) => c.group_id));
-    const elsewhere = live
-      .filter((i) => s.hostId && i.host_id && i.host_id !== s.hostId && groups.has(i.service_group_id ?? ''))
+    const elsewhere = members
+      .filter(
+        (i) => (i.state === 'running' || i.state === 'draining') && s.hostId && i.host_id && i.host_id !== s.hostId,
+      )
       .map((i) => i.id);
     const remote = elsewhere.length > 0 && this.o.remoteCpu ? await this.o.remoteCpu(elsewhere) : new Map();
     for (const c of configs) {
+      const group = byGroup.get(c.group_id) ?? [];
+      const due = group.some(
+        (i) =>
+          (i.id === c.master_id && i.state === 'running') || (i.autoscale_group_id === c.group_id && endedForGood(i)),
+      );
+      if (!due) continue;
       try {
         await this.evaluate(c, remote);
       } catch (e) {
@@ -129,24 +152,15 @@ export class AutoscaleController implements Controller {
     }
   }
 
-  private async configs(tx: Tx): Promise<AutoscaleRec[]> {
-    const out: AutoscaleRec[] = [];
-    for (const g of await tx.groups.all()) {
-      const c = await tx.autoscale.get(g.id);
-      if (c?.enabled) out.push(c);
-    }
-    return out;
-  }
-
-  private sample(live: InstanceRec[]): void {
+  private sample(vms: string[]): void {
     const t = this.o.services.clock.now();
     const seen = new Set<string>();
-    for (const i of live) {
-      const cpuMs = this.o.cpuMs(i.id);
+    for (const id of vms) {
+      const cpuMs = this.o.cpuMs(id);
       if (cpuMs === undefined) continue;
-      seen.add(i.id);
-      let w = this.windows.get(i.id);
-      if (!w) this.windows.set(i.id, (w = new CpuWindow(this.windowMs)));
+      seen.add(id);
+      let w = this.windows.get(id);
+      if (!w) this.windows.set(id, (w = new CpuWindow(this.windowMs)));
       w.add({ t, cpuMs });
     }
     for (const id of [...this.windows.keys()]) if (!seen.has(id)) this.windows.delete(id);
@@ -184,7 +198,8 @@ export class AutoscaleController implements Controller {
       );
       const values = new Map<string, number>();
       for (const i of measured) {
-        const m = this.cpuMillicores(i.id) ?? remote.get(i.id);
+        // this host's VMs are sampled from their spawn on: the boot's CPU is not the load
+        const m = this.windows.get(i.id)?.millicores(readyAt(i)) ?? remote.get(i.id);
         if (m !== undefined) values.set(i.name, m);
       }
       const metric = average([...values.values()]);
@@ -226,8 +241,7 @@ export class AutoscaleController implements Controller {
   private idleFor(groupId: string, master: InstanceRec, now: number): number {
     const t = this.o.traffic?.(groupId, master.id);
     if (!t || t.busy > 0 || t.held > 0) return 0;
-    const readyAt = (Date.parse(master.started_at ?? '') || 0) + Math.round((master.boot_time_us ?? 0) / 1000);
-    const since = Math.max(t.lastActivity, readyAt);
+    const since = Math.max(t.lastActivity, readyAt(master));
     return Math.max(0, now - since);
   }
 

@@ -748,6 +748,11 @@ export class MachineController implements Controller {
     return (await this.s.store.read((tx) => tx.volumes.forInstance(instanceId))).map((v) => v.id);
   }
 
+  /** The instances whose VMs run here now. */
+  vms(): string[] {
+    return this.driver.list();
+  }
+
   /** CPU time and memory of an instance's VM, for autoscale and accounting. */
   stats(id: string): { cpuMs: number; rssBytes: number } | undefined {
     return this.driver.stats(id);

@@ -546,6 +546,8 @@ export interface Tx {
     all(): Promise<InstanceRec[]>;
     /** instances (of one user) attached to a group */
     inGroup(groupId: string): Promise<InstanceRec[]>;
+    /** the instances of every group with an enabled autoscale configuration (the autoscaler's pass) */
+    autoscaled(): Promise<InstanceRec[]>;
     /** ids and names only, ordered by creation (list endpoint) */
     listIds(userId: string, state?: InstanceState): Promise<{ id: string; name: string }[]>;
     /** the same list as a JSON array of `{uuid, name}`, built by the database */
@@ -601,6 +603,8 @@ export interface Tx {
   };
   autoscale: {
     get(groupId: string): Promise<AutoscaleRec | undefined>;
+    /** every enabled configuration, of every user */
+    enabled(): Promise<AutoscaleRec[]>;
     forMaster(instanceId: string): Promise<AutoscaleRec | undefined>;
     insert(rec: AutoscaleRec): Promise<void>;
     update(groupId: string, patch: Partial<AutoscaleRec>): Promise<void>;

@@ -29,13 +29,14 @@ const never = { setTimeout: () => null, clearTimeout: () => undefined };
 before(async () => {
   h = await startHarness({}, (s) => {
     deps = s;
+    const sim = simMachines(s);
     scaler = new AutoscaleController({
       services: s,
       log: pino({ level: process.env.UNIHOST_TEST_LOG ?? 'silent' }),
       cpuMs: (id) => used.get(id),
+      vms: () => sim.list(),
       timers: never,
     });
-    const sim = simMachines(s);
     wireFigures(s, { sim, autoscale: scaler });
     return [sim, scaler];
   });
@@ -232,6 +233,7 @@ test("with several hosts only the master's host decides; the others' CPU comes f
     services: Object.assign(Object.create(deps) as ControllerDeps, { hostId: 'another-host' }),
     log: pino({ level: 'silent' }),
     cpuMs: () => undefined,
+    vms: () => [],
     timers: never,
     remoteCpu: async (ids) => {
       asked.push(ids);

@@ -42,6 +42,7 @@ before(async () => {
       services: s,
       log,
       cpuMs: () => undefined,
+      vms: () => [],
       timers: never,
       traffic: (groupId, id) => waker.traffic(groupId, traffic.get(id)),
     });

@@ -14,6 +14,13 @@ export interface SimStats {
 /** CPU time and RSS every simulated running VM reports (the machine controller's `stats`): the memory driver's. */
 export const SIM_STATS: SimStats = MEMORY_VM_STATS;
 
+export type SimMachines = Controller & {
+  stats(id: string): SimStats | undefined;
+  /** the instances it has "booted" and that run (the driver's `list`) */
+  list(): string[];
+  pause(on: boolean): void;
+};
+
 /**
  * A simulated machine controller for control-plane API tests only: it moves
  * instances through their states at once (starting -> running, stopping or
@@ -27,7 +34,7 @@ export function simMachines(
   s: Services,
   /** `volumes: false`: leave volumes to a real VolumeController (test/api/sdk.test.ts) */
   o: { volumes?: boolean } = {},
-): Controller & { stats(id: string): SimStats | undefined; pause(on: boolean): void } {
+): SimMachines {
   let off: (() => void) | null = null;
   // Instances the simulation has "booted": they report fixed figures, like a VM's process would report real ones.
   const up = new Set<string>();
@@ -114,7 +121,7 @@ export function simMachines(
       pending.add(p);
     });
   };
-  const sim: Controller & { stats(id: string): SimStats | undefined; pause(on: boolean): void } = {
+  const sim: SimMachines = {
     async start() {
       off = s.store.watch('now', (e) => {
         if (e.type === 'change' && e.kind === 'instance') later(() => step(e.id));
@@ -123,6 +130,9 @@ export function simMachines(
     },
     stats(id) {
       return up.has(id) ? SIM_STATS : undefined;
+    },
+    list() {
+      return [...up];
     },
     pause(on) {
       paused = on;

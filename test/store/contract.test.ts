@@ -224,6 +224,57 @@ for (const kind of KINDS) {
       }
     });
 
+    test("the autoscaler's reads: enabled configurations, and the instances of their groups only", async () => {
+      const db = await kind.fresh();
+      const s = await db.open();
+      try {
+        const a = user('alice');
+        const group = (name: string) => ({
+          id: randomUUID(),
+          user_id: a.id,
+          name,
+          created_at: new Date().toISOString(),
+          persistent: false,
+          services: [],
+          soft_limit: null,
+          hard_limit: null,
+        });
+        const [on, off, none] = [group('on'), group('off'), group('none')];
+        const member = (name: string, g: { id: string }) => ({ ...instance(a.id, name), service_group_id: g.id });
+        const [m1, m2, m3, m4] = [member('m1', on), member('m2', on), member('m3', off), member('m4', none)];
+        const conf = (g: { id: string }, master: { id: string }, enabled: boolean) => ({
+          group_id: g.id,
+          user_id: a.id,
+          enabled,
+          min_size: 1,
+          max_size: 3,
+          warmup_time_ms: 0,
+          cooldown_time_ms: 1000,
+          master_id: master.id,
+          policies: [],
+        });
+        await s.tx(async (tx) => {
+          await tx.users.insert(a);
+          for (const g of [on, off, none]) await tx.groups.insert(g);
+          for (const i of [m1, m2, m3, m4, instance(a.id, 'loose')]) await tx.instances.insert(i);
+          await tx.autoscale.insert(conf(on, m1, true));
+          await tx.autoscale.insert(conf(off, m3, false));
+        });
+        const { enabled, members } = await s.read(async (tx) => ({
+          enabled: await tx.autoscale.enabled(),
+          members: await tx.instances.autoscaled(),
+        }));
+        assert.deepEqual(enabled, [conf(on, m1, true)]);
+        assert.deepEqual(
+          members.map((i) => i.name),
+          ['m1', 'm2'],
+        );
+        assert.deepEqual(members[0], m1, 'whole records');
+      } finally {
+        await s.close();
+      }
+    });
+
     test("certificates by common name: any user's, only that name", async () => {
       const db = await kind.fresh();
       const s = await db.open();

@@ -227,6 +227,10 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
       (await q('SELECT private_ip FROM instances WHERE private_ip IS NOT NULL ORDER BY seq DESC LIMIT 1'))[0]
         ?.private_ip as string | undefined,
     inGroup: (groupId) => many<InstanceRec>(`${SELECT_INSTANCE} WHERE service_group_id=$1 ORDER BY seq`, groupId),
+    autoscaled: () =>
+      many<InstanceRec>(
+        `${SELECT_INSTANCE} WHERE service_group_id IN (SELECT group_id FROM autoscale WHERE enabled) ORDER BY seq`,
+      ),
     listIds: (userId, state?: InstanceState) =>
       many<{ id: string; name: string }>(
         `SELECT id, name FROM instances JOIN instance_status USING (id)
@@ -323,6 +327,7 @@ export function makeTx(q: Query, pending: Pending | null, lock: (name: string) =
     },
     autoscale: {
       get: (groupId) => one<AutoscaleRec>('SELECT * FROM autoscale WHERE group_id=$1', groupId),
+      enabled: () => many<AutoscaleRec>('SELECT * FROM autoscale WHERE enabled ORDER BY group_id'),
       forMaster: (id) => one<AutoscaleRec>('SELECT * FROM autoscale WHERE master_id=$1', id),
       insert: (rec) => insert(S.autoscale, rec),
       update: (groupId, patch) => update(S.autoscale, groupId, patch),

@@ -266,6 +266,12 @@ export function makeTx(
       )?.private_ip,
     inGroup: async (groupId) =>
       many<InstanceRec>(INSTANCE_SPEC, `${SELECT_INSTANCE} WHERE service_group_id=? ORDER BY instances.rowid`, groupId),
+    autoscaled: async () =>
+      many<InstanceRec>(
+        INSTANCE_SPEC,
+        `${SELECT_INSTANCE} WHERE service_group_id IN (SELECT group_id FROM autoscale WHERE enabled=1)
+           ORDER BY instances.rowid`,
+      ),
     listIds: async (userId, state?: InstanceState) =>
       state === undefined
         ? ids('SELECT id, name FROM instances WHERE user_id=? ORDER BY rowid', userId)
@@ -363,6 +369,7 @@ export function makeTx(
     },
     autoscale: {
       get: async (groupId) => one<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE group_id=?', groupId),
+      enabled: async () => many<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE enabled=1 ORDER BY rowid'),
       forMaster: async (id) => one<AutoscaleRec>(S.autoscale, 'SELECT * FROM autoscale WHERE master_id=?', id),
       insert: (rec) => insert(S.autoscale, rec),
       update: (groupId, patch) => update(S.autoscale, groupId, patch),
