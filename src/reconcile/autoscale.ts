@@ -127,7 +127,11 @@ export class AutoscaleController implements Controller {
       members: await tx.instances.autoscaled(),
     }));
     const byGroup = new Map<string, InstanceRec[]>();
-    for (const i of members) byGroup.set(i.service_group_id!, [...(byGroup.get(i.service_group_id!) ?? []), i]);
+    for (const i of members) {
+      const g = byGroup.get(i.service_group_id!);
+      if (g) g.push(i);
+      else byGroup.set(i.service_group_id!, [i]);
+    }
     // the published CPU of members of autoscaled groups that run on other hosts (none on a single host)
     const elsewhere = members
       .filter(
