@@ -71,9 +71,20 @@ describe('unihost instance (real CLI against a real daemon)', () => {
     assert.equal(t.code, 0, t.stderr);
     const lines = t.stdout.trim().split('\n');
     assert.match(lines[0]!, /^NAME +STATE +IMAGE +MEMORY +IP +FQDN +BOOT +CREATED +ARGS$/);
-    assert.match(t.stdout, /^web +running +sha256:[0-9a-f]{12} +64 MiB +10\.\S+ +1\.0 ms +\d+s ago +x -y$/m);
+    assert.match(t.stdout, /^web +running +echo:latest +64 MiB +10\.\S+ +1\.0 ms +\d+s ago +x -y$/m);
     assert.match(t.stdout, /^idle +stopped +/m);
     assert.equal(lines.length, 3);
+    // the tag moved on to another image (a new push): the instance is pinned to its digest, shown instead
+    const tag = await h.daemon.store.read((tx) => tx.images.tag('echo:latest'));
+    await h.image('echo-next:1');
+    const next = (await h.daemon.store.read((tx) => tx.images.tag('echo-next:1')))!.digest;
+    await h.daemon.store.tx((tx) => tx.images.setTag({ ...tag!, digest: next }));
+    try {
+      const moved = await cli('instance', 'list');
+      assert.match(moved.stdout, new RegExp(`^web +running +${tag!.digest.slice(0, 19)} +64 MiB`, 'm'));
+    } finally {
+      await h.daemon.store.tx((tx) => tx.images.setTag(tag!));
+    }
 
     const j = await cli('instance', 'list', '-o', 'json');
     const list = JSON.parse(j.stdout);

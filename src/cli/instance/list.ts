@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { ctxOf, examples } from '../shared/context.js';
-import { instancesTable } from './view.js';
+import { imageTags, instancesTable } from './view.js';
 
 export function registerInstanceList(instance: Command): void {
   const cmd = instance
@@ -12,7 +12,9 @@ export function registerInstanceList(instance: Command): void {
       const ctx = ctxOf(c);
       const all = await ctx.client.instances.listDetailed();
       const list = o.state === undefined ? all : all.filter((i) => i.state === o.state);
-      ctx.print(list, () => instancesTable(list));
+      // a table names images by a tag of theirs (JSON and YAML keep the API's digest)
+      const tags = ctx.format === 'table' && list.length > 0 ? await imageTags(ctx.client) : undefined;
+      ctx.print(list, () => instancesTable(list, tags));
     });
   examples(cmd, ['unihost instance list', 'unihost instance list --state running -o json']);
 }

@@ -1,14 +1,23 @@
-import type { Instance } from '../../client/index.js';
+import type { Instance, UnihostClient } from '../../client/index.js';
 import { age, details, listTable, shortDigest, type Column } from '../shared/output.js';
 
 function fqdns(i: Pick<Instance, 'service_group'>): string {
   return (i.service_group?.domains ?? []).map((d) => d.fqdn).join(',');
 }
 
-export const INSTANCE_COLUMNS: Column<Instance>[] = [
+/**
+ * An instance's image as a person knows it: a tag that points at its
+ * digest now (the API gives the digest it is pinned to), else the digest.
+ */
+function imageName(digest: string, tags: Map<string, string> | undefined): string {
+  return tags?.get(digest) ?? shortDigest(digest);
+}
+
+/** The instance table's columns; `tags`: a tag per image digest (imageTags). */
+export const instanceColumns = (tags?: Map<string, string>): Column<Instance>[] => [
   { header: 'NAME', value: (i) => i.name },
   { header: 'STATE', value: (i) => i.state },
-  { header: 'IMAGE', value: (i) => shortDigest(i.image) },
+  { header: 'IMAGE', value: (i) => imageName(i.image, tags) },
   { header: 'MEMORY', value: (i) => `${i.memory_mb} MiB` },
   { header: 'IP', value: (i) => i.private_ip ?? '' },
   { header: 'FQDN', value: fqdns },
@@ -17,8 +26,16 @@ export const INSTANCE_COLUMNS: Column<Instance>[] = [
   { header: 'ARGS', value: (i) => i.args.join(' ') },
 ];
 
-export function instancesTable(list: Instance[]): string {
-  return listTable(list, INSTANCE_COLUMNS, 'no instances');
+export function instancesTable(list: Instance[], tags?: Map<string, string>): string {
+  return listTable(list, instanceColumns(tags), 'no instances');
+}
+
+/** The first tag of each image the caller can use, by digest (GET /v1/images/list); empty when that fails. */
+export async function imageTags(client: UnihostClient): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  const images = await client.images.list().catch(() => []);
+  for (const im of images) if (im.tags[0]) out.set(im.digest, im.tags[0]);
+  return out;
 }
 
 /** One instance as key/value lines, the most useful fields first. */
