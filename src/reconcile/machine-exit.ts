@@ -2,7 +2,7 @@ import { backoffMs, shouldRestart } from '../domain/restart.js';
 import type { MachineEvent } from '../machines/driver.js';
 import { deriveStop, isFailure, STOP, stopReasonWithoutVm, vmmFailure, type StopInfo } from '../machines/stop-info.js';
 import type { ControllerDeps } from './deps.js';
-import type { InstanceRec, StopRequest, Tx } from '../store/types.js';
+import type { InstanceRec, InstanceState, StopRequest, Tx } from '../store/types.js';
 import { fire, type Effects } from '../domain/instance-states.js';
 import type { RuntimeRec } from './machine-plan.js';
 
@@ -41,7 +41,7 @@ export async function recordExitInTx(
   rt: Partial<RuntimeRec>,
   ev: ExitEvent,
   now: number,
-): Promise<{ info: StopInfo; restart: boolean; delay: number } | null> {
+): Promise<{ info: StopInfo; restart: boolean; delay: number; state?: InstanceState } | null> {
   const cur = await tx.instances.getAny(id);
   if (!cur) return null;
   const info = stopInfoOf(cur, rt, ev);
@@ -81,7 +81,7 @@ export async function recordExitInTx(
     (await fire(tx, cur, 'exited', effects));
   // An end the state table has no row for (the record already says the VM is down): keep what was observed.
   if (!ended) await tx.instances.updateStatus(cur.id, { runtime: {} });
-  return { info, restart, delay };
+  return { info, restart, delay, ...(ended ? { state: ended.state } : {}) };
 }
 
 /** The stop request of a stop (or a boot that timed out) made forced, keeping who initiated it. */

@@ -1,4 +1,5 @@
 import type { Controller, ControllerDeps } from './deps.js';
+import { isLive } from '../domain/instance-states.js';
 import { bridgeMacFor, hostGateway, macFor, parseSubnet } from '../network/address.js';
 import { InternalDns } from '../network/dns.js';
 import { NameTable } from './dns-names.js';
@@ -160,11 +161,12 @@ export class NetworkController implements Controller, NetworkHooks {
   async start(): Promise<void> {
     await this.host.setup();
     const all = await this.s.store.read((tx) => tx.instances.all());
-    // Every instance keeps its tap from its first boot until it is deleted (docs/network.md): taps of
-    // VMs an earlier daemon started stay (QEMU holds them open), and a restart or wake needs no command.
+    // An instance has a tap from its boot until it stops for good or is deleted (docs/network.md): taps
+    // of VMs an earlier daemon started stay (QEMU holds them open), a standby's stays for its wake; a
+    // stopped instance gets none (a bridge has ports for 1,023 taps), its next start makes it.
     // a running clone of a template keeps its translation (its guest's address is in its runtime record)
     const expected = all
-      .filter((i) => i.private_ip && i.nic_id && i.host_id === this.s.hostId)
+      .filter((i) => i.private_ip && i.nic_id && i.host_id === this.s.hostId && isLive(i.state))
       .map((i) => this.spec(i, (i.runtime as { guest?: GuestAddress }).guest)); // RuntimeRec.guest
     const r = await this.host.sync(expected);
     if (r.removed.length > 0) this.log.info({ removed: r.removed }, 'removed stray taps');

@@ -12,6 +12,14 @@ export { ADMISSION };
 /** vCPUs of one VM (QEMU's `-smp 1`, src/machines/qemu/argv.ts). */
 const VCPUS_PER_VM = 1;
 
+/**
+ * Live instances one host holds at most: each has a tap on the private
+ * network's bridge (a standby's too), and a Linux bridge has 1,023 ports,
+ * one of them the hosts' network (VXLAN) when there is one
+ * (docs/network.md).
+ */
+export const MAX_LIVE_PER_HOST = 1022;
+
 /** The guests' memory budget in MB: the configured one, or a fraction of the host's RAM. */
 export function hostMemoryBudgetMb(
   c: Pick<CapacityConfig, 'memoryMb' | 'memoryFraction' | 'vmOverheadMb'>,
@@ -135,7 +143,8 @@ function free(c: CapacityConfig, u: HostUse): number {
 }
 
 /** Why one more VM of `memoryMb` does not fit on the host, or undefined when it does. */
-function room(c: CapacityConfig, u: HostUse, memoryMb: number): 'memory' | 'vcpus' | undefined {
+function room(c: CapacityConfig, u: HostUse, memoryMb: number): 'memory' | 'vcpus' | 'ports' | undefined {
+  if (u.vms + 1 > MAX_LIVE_PER_HOST) return 'ports';
   if (free(c, u) < memoryMb + c.vmOverheadMb) return 'memory';
   if ((u.vms + 1) * VCPUS_PER_VM > vcpuBudget(c, u.host)) return 'vcpus';
   return undefined;
@@ -144,9 +153,12 @@ function room(c: CapacityConfig, u: HostUse, memoryMb: number): 'memory' | 'vcpu
 /** The refusal when no candidate host has room: the limit, and the most any host has free. */
 export function full(c: CapacityConfig, candidates: HostUse[], memoryMb: number, single: boolean): Error {
   const need = memoryMb + c.vmOverheadMb;
+  const ports = `a host's private network has ports for ${MAX_LIVE_PER_HOST} live instances (a Linux bridge's limit)`;
   if (single) {
     // one host: the figures of that host, as the embedded default always said them
     const u = candidates[0]!;
+    if (room(c, u, memoryMb) === 'ports')
+      return err('UH_HOST_FULL', `host is full: ${ports}, all taken; try again after instances stop`);
     const budget = budgetMb(c, u.host);
     const used = u.memoryMb + u.vms * c.vmOverheadMb;
     if (room(c, u, memoryMb) === 'vcpus') {
@@ -164,6 +176,11 @@ export function full(c: CapacityConfig, candidates: HostUse[], memoryMb: number,
     );
   }
   const best = [...candidates].sort((a, b) => free(c, b) - free(c, a))[0]!;
+  if (candidates.every((u) => room(c, u, memoryMb) === 'ports'))
+    return err(
+      'UH_HOST_FULL',
+      `no host has room: ${ports}, and every host's are taken; try again after instances stop`,
+    );
   if (candidates.every((u) => room(c, u, memoryMb) === 'vcpus')) {
     const most = Math.max(...candidates.map((u) => vcpuBudget(c, u.host)));
     return err(

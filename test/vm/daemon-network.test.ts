@@ -25,6 +25,7 @@ import { startHarness, type Harness } from '../helpers/harness.js';
 import { closeVmHarness, guestOut, poll } from '../helpers/vm.js';
 import { canRunNetns, insideTestNetns, runInTestNetns } from '../helpers/netns.js';
 import { Ext4Volumes } from '../../src/volumes/ext4.js';
+import { tapName } from '../../src/network/host.js';
 
 type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -173,6 +174,25 @@ if (!insideTestNetns()) {
       // environment (slow under TCG), then says "echo: running"; a stop before that would cut the write
       await poll('the writer synced the file', async () => /echo: running/.test(await log(alice, 'writer')), 60_000);
       assert.match(await log(alice, 'writer'), /echo: wrote to \/data\/note.txt/);
+      await h.call('PUT', '/v1/instances/stop', alice, { name: 'writer' });
+      await h.call('GET', '/v1/instances/wait', alice, { name: 'writer', state: 'stopped', timeout_ms: 60_000 });
+      // stopped for good, its tap goes (a bridge has ports for 1,023): the next start makes it again
+      const writerTap = tapName(
+        (await h.call('GET', '/v1/instances', alice, { name: 'writer' })).body.data.instances[0].uuid,
+      );
+      await poll(
+        'the stopped instance has no tap',
+        () => spawnSync('ip', ['link', 'show', 'dev', writerTap]).status !== 0,
+        10_000,
+      );
+      const again = await h.call('PUT', '/v1/instances/start', alice, { name: 'writer', wait_timeout_ms: 240_000 });
+      assert.equal(again.body.data.instances[0].state, 'running', JSON.stringify(again.body));
+      assert.equal(spawnSync('ip', ['link', 'show', 'dev', writerTap]).status, 0, 'started again, it has its tap');
+      await poll(
+        'the writer synced the file again',
+        async () => (await log(alice, 'writer')).match(/echo: running/g)?.length === 2,
+        60_000,
+      );
       await h.call('PUT', '/v1/instances/stop', alice, { name: 'writer' });
       await h.call('GET', '/v1/instances/wait', alice, { name: 'writer', state: 'stopped', timeout_ms: 60_000 });
       assert.equal((await h.call('GET', '/v1/volumes', alice, { uuid: vol.uuid })).body.data.volumes[0].state, 'idle');
