@@ -64,6 +64,12 @@ export interface NetworkDriver {
   attachTap(spec: TapSpec, opts?: AttachOpts): Promise<{ admitted: Promise<void> }>;
   /** removes a tap and its rules; a tap already gone is fine */
   removeTap(tap: string): Promise<void>;
+  /**
+   * takes a tap off the bridge and down, keeping it and its rules (a
+   * stopped instance's: a bridge has 1,023 ports); the next `attachTap`
+   * with the same spec puts it back. An unknown tap is left alone.
+   */
+  parkTap(tap: string): Promise<void>;
   /** joins this host's bridge to the other hosts' (null: a host alone, no VXLAN port); idempotent */
   setOverlay(o: Overlay | null): Promise<void>;
   /** the guest's `netdev.ip` value for its address */

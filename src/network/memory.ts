@@ -61,6 +61,10 @@ export class MemoryNetwork implements NetworkDriver {
     this.taps.delete(tap);
   }
 
+  async parkTap(tap: string): Promise<void> {
+    checkPrefix(tap);
+  }
+
   /**
    * A memory guest answers on every port of its tap's address at once;
    * nothing answers on any other address, so the probe waits, like the real

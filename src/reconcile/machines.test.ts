@@ -229,6 +229,7 @@ test("an instance on another host: its changes never touch this host's network; 
         admitted: Promise.resolve(),
       }),
       detach: async (id) => void detached.push(id),
+      park: async () => undefined,
     },
   });
   const here = await running(w);

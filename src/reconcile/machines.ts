@@ -468,9 +468,18 @@ export class MachineController implements Controller {
     } catch (e) {
       if (isUnihostError(e) && (e.code === 'UH_CONFLICT' || e.code === 'UH_UNAVAILABLE')) throw e;
       this.note(inst.id, `restart by policy failed: ${(e as Error).message}`);
-      // the sequence ends: stopped for good until someone starts it (its tap goes, as at a stop)
+      // the sequence ends: stopped for good until someone starts it (its tap is parked, as at a stop)
       await this.s.store.tx((tx) => tx.instances.updateStatus(inst.id, { restart_next_at: null }));
-      await this.detachNet(inst.id);
+      await this.parkNet(inst.id);
+    }
+  }
+
+  /** Parks the instance's tap off the bridge; a failure is logged, never fatal. */
+  private async parkNet(id: string): Promise<void> {
+    try {
+      await this.o.network?.park(id);
+    } catch (e) {
+      this.o.log.warn({ id, err: e }, 'taking the tap off the bridge failed');
     }
   }
 
@@ -693,11 +702,12 @@ export class MachineController implements Controller {
     if (failure) this.note(inst.id, `the VMM failed: ${failure}`);
     const now = this.now();
     const done = await this.s.store.tx((tx) => recordExitInTx(tx, this.s, inst.id, rt, ev, now));
-    // A standby, a template, a restart by policy or a start that came meanwhile keep the tap: the
-    // wake or the next boot finds it ready. Stopped for good, it goes: a bridge has ports for
-    // 1,023 taps, and stopped instances must not take them (docs/network.md, "Lifecycle"); the next
-    // start makes it again. Done before this reconcile ends, so no boot of the instance comes between.
-    if (done?.state === 'stopped' && !done.restart) await this.detachNet(inst.id);
+    // A standby, a template, a restart by policy or a start that came meanwhile keep the tap on the
+    // bridge: the wake or the next boot finds it ready. Stopped for good, it is parked off the bridge:
+    // a bridge has ports for 1,023 taps, and stopped instances must not take them (docs/network.md,
+    // "Lifecycle"); the next start puts it back. Done before this reconcile ends, so no boot of the
+    // instance comes between.
+    if (done?.state === 'stopped' && !done.restart) await this.parkNet(inst.id);
     this.unrecordedExits.delete(inst.id);
     if (done) this.o.log.info({ id: inst.id, ...done.info, restart: done.restart, delay: done.delay }, 'VM stopped');
   }

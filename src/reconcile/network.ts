@@ -30,6 +30,8 @@ export interface NetworkHooks {
   ): Promise<{ tap: string; mac: string; netdevIp: string; admitted: Promise<void> }>;
   /** Removes the instance's tap once its VM is gone. */
   detach(instanceId: string): Promise<void>;
+  /** Takes the tap of an instance stopped for good off the bridge (NetworkDriver.parkTap). */
+  park(instanceId: string): Promise<void>;
 }
 
 /**
@@ -223,5 +225,9 @@ export class NetworkController implements Controller, NetworkHooks {
 
   async detach(instanceId: string): Promise<void> {
     await this.host.removeTap(tapName(instanceId));
+  }
+
+  async park(instanceId: string): Promise<void> {
+    await this.host.parkTap(tapName(instanceId));
   }
 }

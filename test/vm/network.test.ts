@@ -201,6 +201,50 @@ describe(
       assert.deepEqual(await net.sync([a1, b1]), { created: [], removed: [] });
     });
 
+    test("parkTap: a stopped instance's tap leaves the bridge and keeps its device and rules; attachTap puts it back", async () => {
+      const net = new HostNetwork(opts);
+      await net.sync([a1, a2, b1]);
+      const ifindex = link(a2.tap)!.ifindex;
+      await net.parkTap(a2.tap);
+      const parked = link(a2.tap)!;
+      assert.equal(parked.master, undefined, 'off the bridge');
+      assert.ok(!parked.flags.includes('UP'), 'down');
+      assert.match(sh('nft', 'list', 'table', 'bridge', 'unihost'), new RegExp(`"${a2.tap}"`), 'still in the rules');
+      await net.parkTap(a2.tap); // parked already: nothing
+      await net.parkTap(tapName(randomUUID())); // unknown: left alone
+      const { admitted } = await net.attachTap(a2);
+      await admitted;
+      const back = link(a2.tap)!;
+      assert.equal(back.master, 'uhbr0');
+      assert.ok(back.flags.includes('UP'));
+      assert.equal(back.ifindex, ifindex, 'the same device');
+      // a fresh object (a daemon's start) expects the live ones only: a parked tap is a stray then
+      await net.parkTap(a2.tap);
+      const r = await new HostNetwork(opts).sync([a1, b1]);
+      assert.deepEqual(r.removed, [a2.tap]);
+    });
+
+    test('a bridge takes 1,023 taps; parked taps take none of its ports', async () => {
+      const net = new HostNetwork(opts);
+      await net.sync([]);
+      const many = Array.from({ length: 1030 }, (_, i) =>
+        spec(`u${i % 7}`, `10.77.${8 + Math.floor(i / 250)}.${(i % 250) + 1}`),
+      );
+      const t0 = Date.now();
+      for (const t of many) {
+        await net.attachTap(t);
+        await net.parkTap(t.tap);
+      }
+      const onBridge = (): number => JSON.parse(sh('ip', '-j', 'link', 'show', 'master', 'uhbr0')).length as number;
+      assert.equal(onBridge(), 0);
+      process.stderr.write(`1030 taps made and parked in ${Date.now() - t0} ms\n`);
+      // the kernel's limit, which parking keeps stopped instances out of: the 1,024th port is refused
+      for (const t of many.slice(0, 1023)) await net.attachTap(t);
+      assert.equal(onBridge(), 1023);
+      await assert.rejects(net.attachTap(many[1023]!), /Exchange full/);
+      await net.sync([]);
+    });
+
     test('nft rules: per-user chains, address sets, guests reach the host only on DNS', async () => {
       const net = new HostNetwork(opts);
       await net.sync([a1, a2, b1]);
