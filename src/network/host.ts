@@ -317,8 +317,9 @@ export class HostNetwork implements NetworkDriver {
       const same = old && old.ip === spec.ip && old.mac === spec.mac && old.userId === spec.userId && sameGuest;
       if (same && from === undefined) {
         // a parked tap (its instance stopped) goes back on the bridge: one command, the rules admit it already
-        if (this.parked.delete(spec.tap)) await this.ipLines([`link set dev ${spec.tap} master ${this.bridge} up`]);
-        return null;
+        if (!this.parked.delete(spec.tap)) return null;
+        await this.ipLines([`link set dev ${spec.tap} master ${this.bridge} up`]);
+        return 'unparked' as const;
       }
       this.parked.delete(spec.tap);
       this.taps.set(spec.tap, spec);
@@ -336,6 +337,15 @@ export class HostNetwork implements NetworkDriver {
       return { old, rules, rec: spec };
     });
     if (!step) return { admitted: opts.restored ? this.learnNeighbour(spec) : Promise.resolve() };
+    if (step === 'unparked') {
+      // off the bridge, the tap lost its pinned MAC (with the overlay): pinned again
+      const admitted = (async () => {
+        if (this.overlay) await this.bridgeLines([pinLine(spec)]);
+        if (opts.restored) await this.learnNeighbour(spec);
+      })();
+      admitted.catch(() => undefined); // the caller awaits it
+      return { admitted };
+    }
     const admitted = (async () => {
       try {
         await step.rules;

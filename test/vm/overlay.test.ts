@@ -155,6 +155,24 @@ describe(
       assert.ok(reaches(guests[1]!.ns, '10.66.0.10'), 'a2 (h2) -> a1 (h1)');
     });
 
+    test('a parked tap back on the bridge gets its MAC pinned again, and its guest is reached again', async () => {
+      const a1 = guests[0]!;
+      const pinned = (): boolean =>
+        (
+          JSON.parse(inNs(NS.h1, 'bridge', '-j', 'fdb', 'show', 'dev', a1.spec.tap)) as {
+            mac: string;
+            state?: string;
+          }[]
+        ).some((e) => e.mac === a1.spec.mac && e.state === 'static');
+      assert.ok(pinned(), 'pinned before');
+      await nets.h1.parkTap(a1.spec.tap);
+      assert.equal(reaches(guests[1]!.ns, '10.66.0.10'), false, 'a parked tap carries nothing');
+      const { admitted } = await nets.h1.attachTap(a1.spec);
+      await admitted;
+      assert.ok(pinned(), 'pinned again');
+      assert.ok(reaches(guests[1]!.ns, '10.66.0.10'), 'a2 (h2) -> a1 (h1) again');
+    });
+
     test("no guest reaches another user's guest across hosts", () => {
       assert.equal(reaches(guests[0]!.ns, '10.66.0.21'), false, 'a1 (alice, h1) -> b2 (bob, h2)');
       assert.equal(reaches(guests[2]!.ns, '10.66.0.10'), false, 'b2 (bob, h2) -> a1 (alice, h1)');
