@@ -623,7 +623,8 @@ export class HostNetwork implements NetworkDriver {
     // An instance that moved here from another host: the bridge learned its MAC on the VXLAN port
     // and would send its frames there until it speaks first. Its tap's entry is pinned instead.
     // (taps made while the overlay is on are pinned as they are made: ensureTap)
-    if (fromKernel) for (const t of this.taps.values()) lines.push(pinLine(t));
+    // (a parked tap is on no bridge: pinned when it is put back, attachTap)
+    if (fromKernel) for (const t of this.taps.values()) if (!this.parked.has(t.tap)) lines.push(pinLine(t));
     if (lines.length) await this.bridgeLines(lines);
     this.fdb = want;
   }
