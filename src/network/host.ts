@@ -441,7 +441,6 @@ export class HostNetwork implements NetworkDriver {
     if (setAside) this.deleteTapDevice(aside).catch(() => undefined);
   }
 
-  /** Deletes the tap (if present) and its rules. A running QEMU on it loses its network. */
   /**
    * Takes a known tap off the bridge and down, keeping the device and its
    * rules: a stopped instance's, so that it takes none of the bridge's
@@ -458,6 +457,7 @@ export class HostNetwork implements NetworkDriver {
     });
   }
 
+  /** Deletes the tap (if present) and its rules. A running QEMU on it loses its network. */
   async removeTap(tap: string): Promise<void> {
     this.checkPrefix(tap);
     const rules = await this.perTap(tap, async () => {
