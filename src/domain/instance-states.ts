@@ -92,6 +92,10 @@ export async function fire(
 export const endedForGood = (i: Pick<InstanceRec, 'state' | 'restart_next_at'>): boolean =>
   i.state === 'stopped' && i.restart_next_at === null;
 
+/** When an instance's guest became ready (ms since the epoch): its spawn (`started_at`) plus its boot time; 0 never started. */
+export const readyAt = (i: Pick<InstanceRec, 'started_at' | 'boot_time_us'>): number =>
+  (Date.parse(i.started_at ?? '') || 0) + Math.round((i.boot_time_us ?? 0) / 1000);
+
 /** States of records that never run: templates and checkpoints (memory kept for new instances to start from). */
 export const FROZEN: ReadonlySet<InstanceState> = new Set(['template', 'checkpoint']);
 

@@ -1,4 +1,4 @@
-import { endedForGood } from '../domain/instance-states.js';
+import { endedForGood, readyAt } from '../domain/instance-states.js';
 import type { Logger } from 'pino';
 import type { Controller, ControllerDeps } from './deps.js';
 import { average, decide } from '../domain/autoscale.js';
@@ -34,10 +34,6 @@ export interface AutoscaleOptions {
    */
   remoteCpu?: (instanceIds: string[]) => Promise<Map<string, number>>;
 }
-
-/** When an instance became ready (ms): its spawn plus its boot time. */
-const readyAt = (i: InstanceRec): number =>
-  (Date.parse(i.started_at ?? '') || 0) + Math.round((i.boot_time_us ?? 0) / 1000);
 
 /** Instances the autoscaler counts as the group's capacity: wanted up and not on their way out. */
 function active(i: InstanceRec): boolean {

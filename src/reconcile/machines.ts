@@ -7,7 +7,7 @@ import { ConsoleLog } from '../machines/console-log.js';
 import type { DriverFactory, MachineDriver, MachineEvent, MachineRuntime, MachineSpec } from '../machines/driver.js';
 import { STOP, vmmFailure } from '../machines/stop-info.js';
 import type { InstanceRec, StatusPatch, Tx } from '../store/types.js';
-import { fire } from '../domain/instance-states.js';
+import { fire, readyAt } from '../domain/instance-states.js';
 import type { NetworkHooks } from './network.js';
 import type { VolumeDriver } from '../volumes/driver.js';
 import { follow, RetryingQueue, Timers, type TimerApi } from './engine.js';
@@ -391,8 +391,7 @@ export class MachineController implements Controller {
       case 'running':
         if (inst.restart_attempt > 0 && inst.started_at) {
           // Counted from the guest's ready signal: boot time is not "running without problems".
-          const readyAt = Date.parse(inst.started_at) + Math.round((inst.boot_time_us ?? 0) / 1000);
-          const healthyAt = readyAt + HEALTHY_AFTER_MS;
+          const healthyAt = readyAt(inst) + HEALTHY_AFTER_MS;
           if (now >= healthyAt) {
             await this.ownTx(id, (tx) => tx.instances.updateStatus(id, { restart_attempt: 0, restart_next_at: null }));
           } else this.timers.at(id, healthyAt, now);
@@ -474,21 +473,21 @@ export class MachineController implements Controller {
     }
   }
 
-  /** Parks the instance's tap off the bridge; a failure is logged, never fatal. */
-  private async parkNet(id: string): Promise<void> {
-    try {
-      await this.o.network?.park(id);
-    } catch (e) {
-      this.o.log.warn({ id, err: e }, 'taking the tap off the bridge failed');
-    }
+  /** Parks the instance's tap off the bridge; a failure is logged, never fatal (the next start attaches it). */
+  private parkNet(id: string): Promise<void> {
+    return this.netStep(id, (n) => n.park(id), 'taking the tap off the bridge failed');
   }
 
   /** Removes the instance's tap; a failure is logged, never fatal (the next start re-creates it). */
-  private async detachNet(id: string): Promise<void> {
+  private detachNet(id: string): Promise<void> {
+    return this.netStep(id, (n) => n.detach(id), 'removing the tap failed');
+  }
+
+  private async netStep(id: string, step: (n: NetworkHooks) => Promise<void>, failed: string): Promise<void> {
     try {
-      await this.o.network?.detach(id);
+      if (this.o.network) await step(this.o.network);
     } catch (e) {
-      this.o.log.warn({ id, err: e }, 'removing the tap failed');
+      this.o.log.warn({ id, err: e }, failed);
     }
   }
 
